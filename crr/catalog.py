@@ -1,0 +1,139 @@
+"""The catalog: which relations a site holds, their schemas, view definitions and lineage.
+
+It lives in the site's DuckDB file (``_crr.relations``), so reopening a site restores it; view plans
+are recompiled from their stored SQL at open (compiling is cheap, and it keeps old files readable
+by newer plan compilers).
+
+Storage layout of one site (all inside one DuckDB file):
+
+* ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns.
+* ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock.
+* ``_crr.relations`` -- this catalog.
+* ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
+  site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
+* ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View or remote table:
+  ``(vid, cols..., nalive, seq)`` where ``nalive`` (a cache) counts monomials whose ids are all visible.
+* ``_crr."<r>$m"`` -- monomials of a view or remote table: ``(vid, mid, ids, nbad, seq)``, one row per
+  derivation; ``ids`` is the sorted id list, ``mid`` a hash of it, ``nbad`` (a cache) the number of
+  its ids that are not visible.
+* ``_crr."<r>$i"`` -- inverted index ``(id, vid, mid)`` from tuple ids to monomials, kept when
+  monomials may hold more than one id (joins, remote inputs); width-1 relations use ``$m.mid``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from crr.types import Column, quote_ident
+from sql.compile import ViewPlan
+
+SCHEMA = "_crr"
+STORAGE_VERSION = 1
+
+
+@dataclass
+class Relation:
+    """A relation held at a site: a replicated table, a remote table, or a materialized view."""
+
+    name: str
+    kind: str  # "replicated" | "remote" | "view"
+    columns: list[Column]
+    key: list[str] = field(default_factory=list)
+    not_null: list[str] = field(default_factory=list)
+    definition: str | None = None
+    lineage: set[str] = field(default_factory=set)  # learned lineage (remote tables)
+    plan: ViewPlan | None = None
+    indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
+
+    @property
+    def is_base(self) -> bool:
+        """True for replicated tables, whose tuples are their own provenance."""
+        return self.kind == "replicated"
+
+    @property
+    def column_names(self) -> list[str]:
+        """The user's column names, in declaration order."""
+        return [c.name for c in self.columns]
+
+    @property
+    def key_columns(self) -> list[Column]:
+        """The PRIMARY KEY columns (empty for an unkeyed relation)."""
+        return [c for c in self.columns if c.name in self.key]
+
+    @property
+    def fingerprint(self) -> str:
+        """Schema fingerprint: a hash of the column names and types, in order."""
+        return schema_fingerprint(self.columns)
+
+    def schema_text(self) -> str:
+        """Human-readable schema, for error messages."""
+        cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
+        key = f", PRIMARY KEY ({', '.join(self.key)})" if self.key else ""
+        return f"({cols}{key})"
+
+    def aug(self, suffix: str) -> str:
+        """Qualified name of one of the relation's AUG tables (suffix ``t``, ``m`` or ``i``)."""
+        return f"{SCHEMA}.{quote_ident(self.name + '$' + suffix)}"
+
+    @property
+    def app(self) -> str:
+        """Qualified name of the relation's APP table."""
+        return f"main.{quote_ident(self.name)}"
+
+
+def schema_fingerprint(columns: list[Column]) -> str:
+    """A short stable hash of column names and types."""
+    text = json.dumps([[c.name, c.type] for c in columns])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+CATALOG_DDL = [
+    f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}",
+    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (k VARCHAR PRIMARY KEY, v VARCHAR)",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
+        name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
+        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER)""",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
+        id UHUGEINT, rel VARCHAR, cl INTEGER, kh UHUGEINT, stamp UHUGEINT, vis BOOLEAN, seq BIGINT)""",
+]
+
+
+def relation_row(rel: Relation, position: int) -> list:
+    """The catalog row of a relation."""
+    return [rel.name, rel.kind, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
+            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position]
+
+
+def relation_from_row(row: tuple) -> Relation:
+    """Rebuild a relation (without its compiled plan) from a catalog row."""
+    name, kind, columns, key, not_null, definition, lineage, indexed, _ = row
+    return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
+                    key=json.loads(key), not_null=json.loads(not_null), definition=definition,
+                    lineage=set(json.loads(lineage)), indexed=bool(indexed))
+
+
+def aug_ddl(rel: Relation) -> list[str]:
+    """DDL creating a relation's AUG tables and its APP table."""
+    cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in rel.columns)
+    app_cols = ", ".join(
+        f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in rel.not_null else ''}" for c in rel.columns
+    )
+    stmts = [f"CREATE TABLE {rel.app} ({app_cols})"]
+    if rel.is_base:
+        stmts.append(f"CREATE TABLE {rel.aug('t')} (id UHUGEINT, {cols}, seq BIGINT)")
+    else:
+        stmts.append(f"CREATE TABLE {rel.aug('t')} (vid UHUGEINT, {cols}, nalive INTEGER, seq BIGINT)")
+        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], nbad INTEGER, seq BIGINT)")
+        if rel.indexed:
+            stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
+    return stmts
+
+
+def drop_ddl(rel: Relation) -> list[str]:
+    """DDL dropping a relation's AUG and APP tables."""
+    stmts = [f"DROP TABLE IF EXISTS {rel.app}", f"DROP TABLE IF EXISTS {rel.aug('t')}"]
+    if not rel.is_base:
+        stmts += [f"DROP TABLE IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('i')}"]
+    return stmts

@@ -1,0 +1,47 @@
+"""Error types. Every error crr raises derives from :class:`CrrError`.
+
+Each message says what was wrong and what to do about it. An operation that raises one of these has
+changed nothing: local writes and merges run in one DuckDB transaction that is rolled back on error.
+"""
+
+from __future__ import annotations
+
+
+class CrrError(Exception):
+    """Base class of every error raised by crr."""
+
+
+class SqlError(CrrError):
+    """A statement could not be parsed or bound (syntax error, unknown column, bad parameter count)."""
+
+
+class UnsupportedSqlError(SqlError):
+    """A statement or view query uses a construct crr does not support; the message names it."""
+
+
+class CatalogError(CrrError):
+    """A relation is unknown, already exists, has the wrong kind, or is still needed by a view."""
+
+
+class ReadOnlyRelationError(CatalogError):
+    """A write was aimed at a materialized view or a remote table; only replicated tables take writes."""
+
+
+class ConstraintError(CrrError):
+    """A write would violate a declared constraint (primary key, NOT NULL)."""
+
+
+class TypeMismatchError(CrrError):
+    """A value does not fit the declared column type, or a column type is not supported."""
+
+
+class ChangesetError(CrrError):
+    """Changeset bytes are malformed, truncated, corrupted, or of an unknown format version."""
+
+
+class SchemaMismatchError(ChangesetError):
+    """A changeset's schema for a relation differs from the local declaration of that relation."""
+
+
+class SiteError(CrrError):
+    """The site file cannot be opened as asked (wrong site id, closed site, newer storage format)."""

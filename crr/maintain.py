@@ -1,0 +1,359 @@
+"""Apply a batch of augmented changes to a site, set-at-a-time, inside the caller's transaction.
+
+Local writes and merges both end here. A batch (:class:`Batch`) names temp tables holding
+
+* causal-length entries ``(id, rel, cl, kh, stamp)``,
+* new base tuples ``(id, cols...)`` per replicated table,
+* new derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view or remote table.
+
+:meth:`Maintainer.apply` then
+
+1. joins the causal lengths into ``_crr.cl`` (max of ``cl`` and of ``stamp``) and recomputes the
+   visibility cache for the ids whose entries changed (and the other versions of their keys),
+   collecting the ids whose visibility flipped;
+2. adds new base tuples to the replicated tables' AUG state;
+3. adds (``+``) new monomials to the views and remote tables that arrived directly;
+4. runs each local view's delta plans, in dependency order, for the inputs that got new tuples or
+   monomials, and adds the products to the view (absorbing ``p + p.q = p`` when monomials of
+   different lengths may meet);
+5. refreshes the derived counters (``nbad`` per monomial, ``nalive`` per tuple) of the monomials
+   that are new or contain a flipped id, and patches every APP table with the membership changes.
+
+Provenance only grows; nothing here removes a monomial except absorption, which keeps the canonical
+form. Statements touch only the rows of the batch and the rows they join with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import sqlglot
+from sqlglot import exp
+
+from crr.catalog import Relation
+from crr.types import quote_ident, quote_str, tuple_id_sql
+from sql.compile import IDS
+
+MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
+
+
+@dataclass
+class Batch:
+    """Temp-table names of the changes to apply (see the module docstring)."""
+
+    cl: str | None = None
+    base: dict[str, str] = field(default_factory=dict)
+    derived: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class RelationCounts:
+    """What a batch did to one relation."""
+
+    inserted: int = 0  # rows that appeared in the APP table
+    deleted: int = 0  # rows that left the APP table
+    new_tuples: int = 0  # AUG tuples added
+    new_monomials: int = 0  # derivations added (views and remote tables)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a plain dict."""
+        return dict(inserted=self.inserted, deleted=self.deleted, new_tuples=self.new_tuples,
+                    new_monomials=self.new_monomials)
+
+
+@dataclass
+class BatchResult:
+    """Counts of one applied batch."""
+
+    relations: dict[str, RelationCounts] = field(default_factory=dict)
+    cl_changed: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the batch changed any replicated state."""
+        return self.cl_changed > 0 or any(c.new_tuples or c.new_monomials for c in self.relations.values())
+
+
+def _t(name: str) -> str:
+    return f"temp.main.{quote_ident(name)}"
+
+
+def cols_sql(rel: Relation, qualifier: str = "") -> str:
+    """Comma-separated quoted column list of a relation, optionally qualified."""
+    q = f"{qualifier}." if qualifier else ""
+    return ", ".join(q + quote_ident(c) for c in rel.column_names)
+
+
+def null_safe_match(rel: Relation, left: str, right: str) -> str:
+    """A join condition matching rows on all columns, NULLs equal."""
+    return " AND ".join(f"{left}.{quote_ident(c)} IS NOT DISTINCT FROM {right}.{quote_ident(c)}"
+                        for c in rel.column_names)
+
+
+class Maintainer:
+    """Runs one batch against a site's relations. One instance per transaction."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, relations: dict[str, Relation], seq: int,
+                 widths: dict[str, tuple[int, int]]) -> None:
+        self.con = con
+        self.rels = relations
+        self.seq = seq
+        self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
+        self.result = BatchResult()
+        self.new_base: dict[str, str] = {}  # relation -> temp table of its new tuples (id, cols)
+        self.new_derived: dict[str, str] = {}  # relation -> temp of new monomials (vid, mid, ids, cols)
+        self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
+        self.flipped_rels: set[str] = set()
+        self._temps: list[str] = []
+
+    # -- helpers -------------------------------------------------------------------------------
+    def x(self, sql: str, params: list | None = None) -> int:
+        """Execute a statement; return the row count it reports (0 if none)."""
+        cur = self.con.execute(sql, params) if params else self.con.execute(sql)
+        try:
+            rows = cur.fetchall()
+        except duckdb.InvalidInputException:
+            return 0
+        return int(rows[0][0]) if rows and rows[0] and isinstance(rows[0][0], int) else 0
+
+    def temp(self, name: str, select_sql: str) -> int:
+        """Create (or replace) a temp table from a query; return its row count."""
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {select_sql}")
+        if name not in self._temps:
+            self._temps.append(name)
+        return self.con.execute(f"SELECT count(*) FROM {_t(name)}").fetchall()[0][0]
+
+    def counts(self, rel: str) -> RelationCounts:
+        """The counts record of a relation."""
+        return self.result.relations.setdefault(rel, RelationCounts())
+
+    def cleanup(self) -> None:
+        """Drop the temp tables this batch created."""
+        for name in self._temps:
+            self.con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
+        self._temps.clear()
+
+    # -- the pipeline --------------------------------------------------------------------------
+    def apply(self, batch: Batch, view_order: list[str]) -> BatchResult:
+        """Apply a batch (see module docstring) and return what changed."""
+        self._merge_cl(batch.cl)
+        for rel, table in batch.base.items():
+            self._merge_base(self.rels[rel], table)
+        for rel, (tuples, monos) in batch.derived.items():
+            self._merge_received(self.rels[rel], tuples, monos)
+        for name in view_order:
+            self._run_view(self.rels[name])
+        for rel in self.rels.values():
+            if rel.is_base:
+                self._patch_base(rel)
+            else:
+                self._refresh_derived(rel)
+        return self.result
+
+    # 1. causal lengths and visibility ------------------------------------------------------------
+    def _merge_cl(self, cl_in: str | None) -> None:
+        if cl_in is None:
+            self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
+            return
+        changed = self.temp("_crr_dcl", f"""
+            SELECT n.id, n.rel, n.kh, greatest(n.cl, coalesce(c.cl, 0)) AS cl,
+                   greatest(n.stamp, coalesce(c.stamp, 0::UHUGEINT)) AS stamp,
+                   c.id IS NULL AS fresh, coalesce(c.vis, false) AS old_vis
+            FROM (SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
+                         max(coalesce(stamp, 0::UHUGEINT)) AS stamp
+                  FROM {_t(cl_in)} GROUP BY id) n
+            LEFT JOIN _crr.cl c ON c.id = n.id
+            WHERE c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp""")
+        self.result.cl_changed = changed
+        if changed == 0:
+            self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
+            return
+        self.x(f"""MERGE INTO _crr.cl AS c USING {_t('_crr_dcl')} AS d ON c.id = d.id
+                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq}
+                   WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
+                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, false, {self.seq})""")
+        keyed = self.con.execute(f"SELECT count(*) FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
+        unkeyed_sql = f"""SELECT id, rel, (cl % 2 = 1) AS vis, old_vis
+                          FROM {_t('_crr_dcl')} WHERE kh IS NULL"""
+        keyed_sql = f"""SELECT id, rel, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
+                                                 OVER (PARTITION BY kh), false) AS vis, vis AS old_vis
+                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL)"""
+        source = f"{unkeyed_sql} UNION ALL {keyed_sql}" if keyed else unkeyed_sql
+        flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
+        if flips:
+            self.x(f"UPDATE _crr.cl SET vis = f.vis FROM {_t('_crr_flip')} f WHERE cl.id = f.id")
+            self.flipped_rels = {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {_t('_crr_flip')}").fetchall()}
+
+    # 2. base tuples -----------------------------------------------------------------------------
+    def _merge_base(self, rel: Relation, table: str) -> None:
+        name = f"_crr_new_{rel.name}"
+        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {_t(table)} n
+                                ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
+        if n:
+            self.x(f"INSERT INTO {rel.aug('t')} SELECT id, {cols_sql(rel)}, {self.seq} FROM {_t(name)}")
+            self.new_base[rel.name] = name
+            self.counts(rel.name).new_tuples += n
+
+    # 3. derived tuples received directly ----------------------------------------------------------
+    def _merge_received(self, rel: Relation, tuples: str, monos: str) -> None:
+        cand = f"_crr_cand_{rel.name}"
+        self.temp(cand, f"""
+            SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
+            FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {_t(monos)}) m
+            JOIN (SELECT DISTINCT ON (vid) * FROM {_t(tuples)}) t ON t.vid = m.vid""")
+        self._add_monomials(rel, cand, dedup=True)
+
+    # 4. local views -----------------------------------------------------------------------------
+    def _source(self, relation: str, delta: bool) -> exp.Expression:
+        rel = self.rels[relation]
+        if rel.is_base:
+            table = _t(self.new_base[relation]) if delta else rel.aug("t")
+            sql = f"SELECT {cols_sql(rel)}, [id] AS {IDS} FROM {table}"
+        elif delta:
+            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {_t(self.new_derived[relation])}"
+        else:
+            sql = (f"SELECT {cols_sql(rel, 't')}, m.ids AS {IDS} FROM {rel.aug('m')} m "
+                   f"JOIN {rel.aug('t')} t ON t.vid = m.vid")
+        return sqlglot.parse_one(sql, read="duckdb").subquery()
+
+    def _run_view(self, view: Relation) -> None:
+        plan = view.plan
+        assert plan is not None
+        changed = {r for r in plan.inputs if r in self.new_base or r in self.new_derived}
+        if not changed:
+            return
+        queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
+        union = " UNION ALL ".join(f"({q})" for q in queries)
+        cand = f"_crr_cand_{view.name}"
+        self.temp(cand, f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
+                                   {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
+                            FROM ({union}) p""")
+        single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
+        self._add_monomials(view, cand, dedup=not single_base)
+
+    def _add_monomials(self, rel: Relation, cand: str, dedup: bool) -> None:
+        name = f"_crr_newm_{rel.name}"
+        source = f"(SELECT DISTINCT ON (vid, mid) * FROM {_t(cand)})" if dedup else _t(cand)
+        n = self.temp(name, f"""SELECT c.* FROM {source} c
+                                ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid""")
+        if n == 0:
+            return
+        if self._mixed_widths(rel, name):
+            n = self._absorb(rel, name)
+            if n == 0:
+                return
+        self.new_derived[rel.name] = name
+        counts = self.counts(rel.name)
+        counts.new_monomials += n
+        counts.new_tuples += self.x(f"""INSERT INTO {rel.aug('t')}
+            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, 0, {self.seq} FROM {_t(name)} n
+            ANTI JOIN {rel.aug('t')} t ON t.vid = n.vid""")
+        if rel.indexed:
+            self.x(f"""INSERT INTO {rel.aug('m')}
+                SELECT n.vid, n.mid, n.ids, coalesce(b.nbad, 0), {self.seq} FROM {_t(name)} n
+                LEFT JOIN (SELECT u.vid, u.mid, count(*) FILTER (WHERE c.vis IS NOT TRUE) AS nbad
+                           FROM (SELECT vid, mid, unnest(ids) AS id FROM {_t(name)}) u
+                           LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid) b
+                  ON b.vid = n.vid AND b.mid = n.mid""")
+            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {_t(name)}")
+        else:
+            self.x(f"""INSERT INTO {rel.aug('m')}
+                SELECT n.vid, n.mid, n.ids, CASE WHEN c.vis THEN 0 ELSE 1 END, {self.seq} FROM {_t(name)} n
+                LEFT JOIN _crr.cl c ON c.id = n.mid""")
+
+    def _mixed_widths(self, rel: Relation, newm: str) -> bool:
+        lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(newm)}").fetchall()[0]
+        if rel.name not in self.widths:
+            old = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
+            self.widths[rel.name] = (old[0] or lo, old[1] or hi)
+        olo, ohi = self.widths[rel.name]
+        lo, hi = min(lo, olo), max(hi, ohi)
+        self.widths[rel.name] = (lo, hi)
+        return lo < hi
+
+    def _absorb(self, rel: Relation, newm: str) -> int:
+        """Apply ``p + p.q = p`` between the new monomials and the existing ones of the same tuples."""
+        self.x(f"""DELETE FROM {_t(newm)} n WHERE EXISTS (
+                      SELECT 1 FROM (SELECT m.vid, m.ids FROM {rel.aug('m')} m
+                                     WHERE m.vid IN (SELECT vid FROM {_t(newm)})
+                                     UNION ALL SELECT vid, ids FROM {_t(newm)}) e
+                      WHERE e.vid = n.vid AND len(e.ids) < len(n.ids) AND list_has_all(n.ids, e.ids))""")
+        absorbed = f"_crr_absorbed_{rel.name}"
+        gone = self.temp(absorbed, f"""SELECT DISTINCT m.vid, m.mid FROM {rel.aug('m')} m
+                                       JOIN {_t(newm)} n ON m.vid = n.vid
+                                       WHERE len(n.ids) < len(m.ids) AND list_has_all(m.ids, n.ids)""")
+        if gone:
+            self.absorbed[rel.name] = absorbed
+            self.x(f"DELETE FROM {rel.aug('m')} AS m USING {_t(absorbed)} a WHERE m.vid = a.vid AND m.mid = a.mid")
+            if rel.indexed:
+                self.x(f"DELETE FROM {rel.aug('i')} AS i USING {_t(absorbed)} a WHERE i.vid = a.vid AND i.mid = a.mid")
+        return self.con.execute(f"SELECT count(*) FROM {_t(newm)}").fetchall()[0][0]
+
+    # 5. derived counters and APP patches ------------------------------------------------------
+    def _lineage_flipped(self, rel: Relation, lineage: set[str]) -> bool:
+        return bool(self.flipped_rels & lineage)
+
+    def _refresh_derived(self, rel: Relation, lineage: set[str] | None = None) -> None:
+        dirty_parts = []
+        if rel.name in self.new_derived:
+            dirty_parts.append(f"SELECT vid FROM {_t(self.new_derived[rel.name])}")
+        if rel.name in self.absorbed:
+            dirty_parts.append(f"SELECT vid FROM {_t(self.absorbed[rel.name])}")
+        if self.flipped_rels:
+            fm = f"_crr_fm_{rel.name}"
+            if rel.indexed:
+                hits = self.temp(fm, f"""
+                    WITH hit AS (SELECT DISTINCT i.vid, i.mid FROM {rel.aug('i')} i
+                                 JOIN {_t('_crr_flip')} f ON f.id = i.id)
+                    SELECT u.vid, u.mid, count(*) FILTER (WHERE c.vis IS NOT TRUE) AS nbad
+                    FROM (SELECT m.vid, m.mid, unnest(m.ids) AS id FROM {rel.aug('m')} m
+                          JOIN hit h ON m.vid = h.vid AND m.mid = h.mid) u
+                    LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid""")
+            else:
+                hits = self.temp(fm, f"""SELECT m.vid, m.mid, CASE WHEN f.vis THEN 0 ELSE 1 END AS nbad
+                                         FROM {rel.aug('m')} m JOIN {_t('_crr_flip')} f ON f.id = m.mid""")
+            if hits:
+                self.x(f"""UPDATE {rel.aug('m')} AS m SET nbad = f.nbad FROM {_t(fm)} f
+                           WHERE m.vid = f.vid AND m.mid = f.mid AND m.nbad <> f.nbad""")
+                dirty_parts.append(f"SELECT vid FROM {_t(fm)}")
+        if not dirty_parts:
+            return
+        alive = f"_crr_alive_{rel.name}"
+        n = self.temp(alive, f"""
+            WITH d AS ({' UNION '.join(dirty_parts)})
+            SELECT t.vid, t.nalive AS old, coalesce(a.n, 0) AS new
+            FROM {rel.aug('t')} t JOIN d ON d.vid = t.vid
+            LEFT JOIN (SELECT m.vid, count(*) FILTER (WHERE m.nbad = 0) AS n FROM {rel.aug('m')} m
+                       WHERE m.vid IN (SELECT vid FROM d) GROUP BY m.vid) a ON a.vid = t.vid
+            WHERE t.nalive IS DISTINCT FROM coalesce(a.n, 0)""")
+        if n == 0:
+            return
+        self.x(f"UPDATE {rel.aug('t')} AS t SET nalive = a.new FROM {_t(alive)} a WHERE t.vid = a.vid")
+        counts = self.counts(rel.name)
+        counts.deleted += self.x(f"""DELETE FROM {rel.app} AS app USING (
+                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
+                WHERE a.old > 0 AND a.new = 0) d WHERE {null_safe_match(rel, 'app', 'd')}""")
+        counts.inserted += self.x(f"""INSERT INTO {rel.app}
+                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
+                WHERE coalesce(a.old, 0) = 0 AND a.new > 0""")
+
+    def _patch_base(self, rel: Relation) -> None:
+        flipped = rel.name in self.flipped_rels
+        new = self.new_base.get(rel.name)
+        if not flipped and new is None:
+            return
+        counts = self.counts(rel.name)
+        flip_rows = f"SELECT id, vis FROM {_t('_crr_flip')} WHERE rel = {quote_str(rel.name)}"
+        if flipped:
+            counts.deleted += self.x(f"""DELETE FROM {rel.app} AS app USING (
+                    SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN ({flip_rows}) f ON f.id = t.id
+                    WHERE NOT f.vis) d WHERE {null_safe_match(rel, 'app', 'd')}""")
+        adds = []
+        if flipped:
+            adds.append(f"SELECT id FROM ({flip_rows}) WHERE vis")
+        if new is not None:
+            adds.append(f"SELECT n.id FROM {_t(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+        counts.inserted += self.x(f"""INSERT INTO {rel.app}
+                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t
+                JOIN ({' UNION '.join(adds)}) a ON a.id = t.id""")

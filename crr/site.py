@@ -1,0 +1,606 @@
+"""A site: one device's database, with its APP and AUG layers, in one DuckDB file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from typing import Any, Iterable, Iterator
+
+import duckdb
+import pyarrow as pa
+
+from crr.catalog import (CATALOG_DDL, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
+                         relation_from_row, relation_row)
+from crr.changeset import Changeset, RelationChanges
+from crr.clock import HybridClock
+from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
+                        SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
+from crr.maintain import Batch, BatchResult, Maintainer, _t, cols_sql
+from crr.types import Column, quote_ident, quote_str, tuple_id_sql, type_family
+from crr.writes import prepare_write
+from sql import dml
+from sql.compile import compile_view
+from sql.statements import CreateTable, CreateView, Dml, Drop, Other, classify
+
+_DUCKDB_ERRORS: list[tuple[type, type]] = [
+    (duckdb.ConstraintException, ConstraintError),
+    (duckdb.ConversionException, TypeMismatchError),
+    (duckdb.BinderException, SqlError),
+    (duckdb.ParserException, SqlError),
+    (duckdb.CatalogException, SqlError),
+    (duckdb.InvalidInputException, SqlError),
+]
+
+
+@contextlib.contextmanager
+def _translated_errors() -> Iterator[None]:
+    """Re-raise DuckDB errors from user SQL as CrrError subclasses."""
+    try:
+        yield
+    except duckdb.Error as e:
+        for src, dst in _DUCKDB_ERRORS:
+            if isinstance(e, src):
+                raise dst(str(e).strip()) from None
+        raise CrrError(f"DuckDB error: {str(e).strip()}") from None
+
+
+class MergeResult(dict):
+    """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
+
+    Attributes: ``cl_changed`` (causal-length entries that grew), ``ignored`` (relations in the
+    changeset this site does not hold), ``changed`` (whether anything was written).
+    """
+
+    def __init__(self, result: BatchResult, ignored: list[str]) -> None:
+        super().__init__({k: v.as_dict() for k, v in result.relations.items()})
+        self.cl_changed = result.cl_changed
+        self.ignored = ignored
+        self.changed = result.changed
+
+
+class Site:
+    """One device's replicated database.
+
+    ``Site(path=":memory:", site_id=None)`` opens or creates the DuckDB file at ``path``. The site id
+    is generated once and persisted; passing a different ``site_id`` for an existing file is an error.
+    """
+
+    def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None) -> None:
+        self.path = str(path)
+        try:
+            self._con = duckdb.connect(self.path)
+        except duckdb.Error as e:
+            raise SiteError(f"cannot open site database {self.path}: {e}") from None
+        self._con.execute("SET arrow_lossless_conversion = true")
+        self._rels: dict[str, Relation] = {}
+        self._widths: dict[str, tuple[int, int]] = {}
+        self._closed = False
+        try:
+            self._open(site_id)
+        except BaseException:
+            self._con.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+    def _open(self, site_id: str | None) -> None:
+        con = self._con
+        con.begin()
+        try:
+            for ddl in CATALOG_DDL:
+                con.execute(ddl)
+            meta = dict(con.execute(f"SELECT k, v FROM {SCHEMA}.meta").fetchall())
+            if not meta:
+                meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
+                        "seq": "0", "hlc": "0"}
+                con.executemany(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", list(meta.items()))
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        if site_id is not None and meta["site_id"] != site_id:
+            raise SiteError(f"{self.path} belongs to site {meta['site_id']!r}, not {site_id!r}; "
+                            "open it without site_id or with its own id")
+        if int(meta["version"]) > STORAGE_VERSION:
+            raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
+        self.site_id: str = meta["site_id"]
+        self._seq = int(meta["seq"])
+        self._clock = HybridClock(self.site_id, int(meta["hlc"]))
+        rows = con.execute(f"SELECT * FROM {SCHEMA}.relations ORDER BY position").fetchall()
+        for row in rows:
+            rel = relation_from_row(row)
+            if rel.kind == "view":
+                rel.plan = self._compile(rel.name, rel.definition or "")
+            self._rels[rel.name] = rel
+
+    def _compile(self, name: str, sql: str):
+        from sql.statements import parse_one
+        return self._compile_tree(name, parse_one(sql))
+
+    def _compile_tree(self, name: str, tree):
+        def columns(r: str):
+            rel = self._rels.get(r)
+            return [(c.name, c.type) for c in rel.columns] if rel else None
+
+        def describe(sql: str):
+            with _translated_errors():
+                return [(r[0], r[1]) for r in self._con.execute(f"DESCRIBE {sql}").fetchall()]
+
+        return compile_view(name, tree, columns, describe)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the site; committed state is durable in its file."""
+        if not self._closed:
+            self._closed = True
+            self._con.close()
+
+    def __enter__(self) -> "Site":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Site({self.path!r}, site_id={self.site_id!r})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SiteError("the site is closed; open it again with crr.Site(path)")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._check_open()
+        self._con.begin()
+        try:
+            yield
+            self._con.commit()
+        except BaseException:
+            self._con.rollback()
+            raise
+
+    # -- introspection -------------------------------------------------------------------------
+    @property
+    def cursor(self) -> int:
+        """The site's current sequence number: ``changes(since=site.cursor)`` is empty."""
+        return self._seq
+
+    def relations(self) -> dict[str, str]:
+        """The crr relations held here: ``{name: kind}`` with kind replicated, remote or view."""
+        return {n: r.kind for n, r in self._rels.items()}
+
+    def relation(self, name: str) -> Relation:
+        """The catalog entry of a relation (columns, key, kind, view plan)."""
+        rel = self._rels.get(name.lower())
+        if rel is None:
+            raise CatalogError(f"no relation named {name} at site {self.site_id}")
+        return rel
+
+    def lineage(self, name: str) -> set[str]:
+        """The base relations whose tuple ids appear in a relation's provenance."""
+        rel = self.relation(name)
+        if rel.is_base:
+            return {rel.name}
+        if rel.kind == "remote":
+            return set(rel.lineage)
+        assert rel.plan is not None
+        out: set[str] = set()
+        for r in rel.plan.inputs:
+            out |= self.lineage(r)
+        return out
+
+    def provenance(self, name: str) -> dict[tuple, list[list[int]]]:
+        """Each AUG tuple's provenance in canonical form: ``{values: [sorted ids of each monomial]}``."""
+        rel = self.relation(name)
+        self._check_open()
+        if rel.is_base:
+            rows = self._con.execute(f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}").fetchall()
+            return {tuple(r[:-1]): [[r[-1]]] for r in rows}
+        rows = self._con.execute(f"""SELECT {cols_sql(rel, 't')}, list_sort(list(m.ids)) FROM {rel.aug('t')} t
+                                     JOIN {rel.aug('m')} m ON m.vid = t.vid GROUP BY ALL""").fetchall()
+        return {tuple(r[:-1]): r[-1] for r in rows}
+
+    # -- statements ----------------------------------------------------------------------------
+    def execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> list[tuple]:
+        """Run one statement: crr DDL, DML on a replicated table, or any read-only query.
+
+        A query returns its rows as a list of tuples; DML returns ``[(rows_affected,)]``; DDL ``[]``.
+        """
+        self._check_open()
+        stmt = classify(sql)
+        params = list(params) if params is not None and not isinstance(params, dict) else params
+        if isinstance(stmt, CreateTable):
+            return self._create_table(stmt)
+        if isinstance(stmt, CreateView):
+            return self._create_view(stmt)
+        if isinstance(stmt, Drop):
+            return self._drop(stmt, sql)
+        if isinstance(stmt, Dml):
+            return self._dml(stmt, params)
+        return self._other(stmt, params)
+
+    def _other(self, stmt: Other, params) -> list[tuple]:
+        if not stmt.read_only:
+            touched = {t for t in stmt.tables if t in self._rels or t == f"{SCHEMA}."}
+            if touched:
+                raise UnsupportedSqlError(
+                    f"this statement would change {', '.join(sorted(touched))} outside crr; crr relations "
+                    "change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP of crr DDL")
+        with _translated_errors():
+            cur = self._con.execute(stmt.sql, params) if params else self._con.execute(stmt.sql)
+            try:
+                return cur.fetchall()
+            except duckdb.InvalidInputException:
+                return []
+
+    def _create_table(self, stmt: CreateTable) -> list[tuple]:
+        if stmt.name in self._rels or self._app_exists(stmt.name):
+            if stmt.if_not_exists and stmt.name in self._rels:
+                return []
+            raise CatalogError(f"a relation or table named {stmt.name} already exists at this site; "
+                               "DROP it first or pick another name")
+        with self._transaction():
+            cols_sql_ = ", ".join(f"{quote_ident(c.name)} {c.type_sql}" for c in stmt.columns)
+            with _translated_errors():
+                self._con.execute(f"CREATE TEMP TABLE _crr_probe ({cols_sql_})")
+            described = self._con.execute("DESCRIBE temp.main._crr_probe").fetchall()
+            self._con.execute("DROP TABLE temp.main._crr_probe")
+            columns = [Column(r[0], r[1]) for r in described]
+            for c in columns:
+                type_family(c.type)
+            rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
+                           key=stmt.key if stmt.kind == "replicated" else [],
+                           not_null=[c.name for c in stmt.columns if c.not_null])
+            self._add_relation(rel)
+        self._rels[rel.name] = rel
+        return []
+
+    def _app_exists(self, name: str) -> bool:
+        return bool(self._con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+                                      "AND lower(table_name) = ?", [name]).fetchall()[0][0])
+
+    def _add_relation(self, rel: Relation) -> None:
+        for ddl in aug_ddl(rel):
+            self._con.execute(ddl)
+        pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
+        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
+
+    def _create_view(self, stmt: CreateView) -> list[tuple]:
+        if stmt.name in self._rels or self._app_exists(stmt.name):
+            if stmt.if_not_exists and stmt.name in self._rels:
+                return []
+            raise CatalogError(f"a relation or table named {stmt.name} already exists at this site; "
+                               "DROP it first or pick another name")
+        plan = self._compile_tree(stmt.name, stmt.query)
+        columns = [Column(n, t) for n, t in plan.columns]
+        for c in columns:
+            type_family(c.type)
+        width = plan.width(lambda r: 1 if self._rels[r].is_base else
+                           (1 if not self._rels[r].indexed else None))
+        rel = Relation(name=stmt.name, kind="view", columns=columns, definition=stmt.sql, plan=plan,
+                       indexed=width != 1)
+        with self._transaction():
+            self._add_relation(rel)
+            self._rels[rel.name] = rel
+            try:
+                self._populate(rel)
+            except BaseException:
+                del self._rels[rel.name]
+                raise
+        return []
+
+    def _populate(self, view: Relation) -> None:
+        """Fill a new view from the current AUG state of its inputs."""
+        m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
+        assert view.plan is not None
+        for r in view.plan.inputs:
+            rel = self._rels[r]
+            name = f"_crr_all_{r}"
+            if rel.is_base:
+                m.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
+                m.new_base[r] = name
+            else:
+                m.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
+                                 JOIN {rel.aug('t')} t ON t.vid = m.vid""")
+                m.new_derived[r] = name
+        try:
+            m._run_view(view)
+            m._refresh_derived(view)
+        finally:
+            m.cleanup()
+        if m.result.changed:
+            self._bump()
+
+    def _drop(self, stmt: Drop, sql: str) -> list[tuple]:
+        rel = self._rels.get(stmt.name)
+        if rel is None:
+            if stmt.kind is None:  # plain DROP TABLE / DROP VIEW of a non-crr object
+                return self._other(Other(sql=sql, tree=None, read_only=True), None)
+            if stmt.if_exists:
+                return []
+            raise CatalogError(f"no {self._kind_text(stmt.kind)} named {stmt.name} at this site")
+        wanted = {"table": ("replicated", "remote"), "view": ("view",)}.get(stmt.plain, (stmt.kind,))
+        if rel.kind not in wanted:
+            raise CatalogError(f"{stmt.name} is a {self._kind_text(rel.kind)}; "
+                               f"use DROP {self._kind_text(rel.kind).upper()} {stmt.name}")
+        users = [v.name for v in self._rels.values() if v.plan is not None and stmt.name in v.plan.inputs]
+        if users:
+            raise CatalogError(f"cannot drop {stmt.name}: view(s) {', '.join(users)} read it; drop them first")
+        with self._transaction():
+            for ddl in drop_ddl(rel):
+                self._con.execute(ddl)
+            self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
+            remaining = set()
+            for other in self._rels.values():
+                if other.name != rel.name:
+                    remaining |= self.lineage(other.name)
+            for base in self.lineage(rel.name) - remaining:
+                self._con.execute(f"DELETE FROM {SCHEMA}.cl WHERE rel = ?", [base])
+        del self._rels[rel.name]
+        self._widths.pop(rel.name, None)
+        return []
+
+    @staticmethod
+    def _kind_text(kind: str | None) -> str:
+        return {"replicated": "replicated table", "remote": "remote table", "view": "materialized view"}.get(
+            kind or "", "relation")
+
+    def _writable(self, name: str) -> Relation:
+        rel = self._rels.get(name)
+        if rel is None:
+            raise CatalogError(f"no replicated table named {name} at this site")
+        if not rel.is_base:
+            raise ReadOnlyRelationError(
+                f"{name} is a {self._kind_text(rel.kind)} and cannot be written here; "
+                + ("its contents follow its query" if rel.kind == "view" else
+                   "it changes only by merging changesets from the sites that hold it"))
+        return rel
+
+    def _dml(self, stmt: Dml, params) -> list[tuple]:
+        if stmt.target not in self._rels:
+            if stmt.target.startswith("_crr") or (stmt.tree.this and getattr(stmt.tree.this, "db", "") == SCHEMA):
+                raise UnsupportedSqlError("crr's internal tables cannot be written directly")
+            return self._other(Other(sql=stmt.tree.sql("duckdb"), tree=stmt.tree, read_only=True), params)
+        rel = self._writable(stmt.target)
+        columns = [(c.name, c.type) for c in rel.columns]
+        if stmt.kind == "insert":
+            rq = dml.insert_rows(stmt.tree, rel.name, columns)
+        elif stmt.kind == "update":
+            rq = dml.update_rows(stmt.tree, rel.name, columns)
+        else:
+            rq = dml.delete_rows(stmt.tree, rel.name, columns)
+        with self._transaction():
+            with _translated_errors():
+                query = rq.new or rq.old
+                assert query is not None
+                if params:
+                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}", params)
+                else:
+                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}")
+            count = self._con.execute("SELECT count(*) FROM temp.main._crr_rows").fetchall()[0][0]
+            old = new = None
+            if stmt.kind == "update":
+                self._con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_rows_old AS SELECT
+                    {', '.join(f'"_crr_old_{i}" AS {quote_ident(c)}' for i, c in enumerate(rel.column_names))}
+                    FROM temp.main._crr_rows""")
+                old, new = "_crr_rows_old", "_crr_rows"
+            elif stmt.kind == "insert":
+                new = "_crr_rows"
+            else:
+                old = "_crr_rows"
+            self._write(rel, old, new)
+        return [(count,)]
+
+    def insert_many(self, table: str, rows: Any) -> int:
+        """Bulk-insert rows into a replicated table in one transaction; returns rows given.
+
+        ``rows`` is a list of tuples (in column order), a pyarrow Table, or a pandas DataFrame
+        (columns matched by name when all names match, else by position).
+        """
+        self._check_open()
+        rel = self._writable(table.lower())
+        names = rel.column_names
+        if isinstance(rows, pa.Table):
+            data = rows
+        elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+            data = pa.Table.from_pandas(rows, preserve_index=False)
+        else:
+            rows = list(rows)
+            if any(len(r) != len(names) for r in rows):
+                raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values ({', '.join(names)})")
+            data = pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))}) if rows else None
+            if data is None:
+                return 0
+        given = [c.lower() for c in data.column_names]
+        if sorted(given) == sorted(names):
+            pick = {n: given.index(n) for n in names}
+        elif len(given) == len(names):
+            pick = {n: i for i, n in enumerate(names)}
+        else:
+            raise SqlError(f"insert_many into {rel.name}: got columns {data.column_names}, expected {names}")
+        data = data.rename_columns([f"c{i}" for i in range(len(given))])
+        casts = ", ".join(f"CAST(c{pick[c.name]} AS {c.type}) AS {quote_ident(c.name)}" for c in rel.columns)
+        with self._transaction():
+            self._con.register("_crr_bulk", data)
+            try:
+                with _translated_errors():
+                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS SELECT {casts} FROM _crr_bulk")
+            finally:
+                self._con.unregister("_crr_bulk")
+            self._write(rel, None, "_crr_rows")
+        return data.num_rows
+
+    def _write(self, rel: Relation, old: str | None, new: str | None) -> BatchResult:
+        stamp = self._clock.tick() if rel.key else 0
+        batch = prepare_write(self._con, rel, old, new, stamp)
+        return self._apply(batch)
+
+    def _apply(self, batch: Batch) -> BatchResult:
+        m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
+        try:
+            result = m.apply(batch, [n for n, r in self._rels.items() if r.kind == "view"])
+        finally:
+            m.cleanup()
+        if result.changed:
+            self._bump()
+        return result
+
+    def _bump(self) -> None:
+        self._seq += 1
+        self._con.execute(f"UPDATE {SCHEMA}.meta SET v = CASE k WHEN 'seq' THEN ? ELSE ? END "
+                          "WHERE k IN ('seq', 'hlc')", [str(self._seq), str(self._clock.last)])
+
+    # -- replication ---------------------------------------------------------------------------
+    def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
+        """Everything changed after cursor ``since`` (None or 0: the full state) for some relations.
+
+        ``relations`` defaults to every relation held here. The result's ``cursor`` resumes the stream.
+        """
+        self._check_open()
+        since = since or 0
+        names = [r.lower() for r in relations] if relations is not None else list(self._rels)
+        for n in names:
+            self.relation(n)
+        con = self._con
+        with self._transaction():
+            cursor = int(con.execute(f"SELECT v FROM {SCHEMA}.meta WHERE k = 'seq'").fetchall()[0][0])
+            out: list[RelationChanges] = []
+            lineage: set[str] = set()
+            for n in names:
+                rel = self._rels[n]
+                rel_lineage = self.lineage(n)
+                lineage |= rel_lineage
+                if rel.is_base:
+                    tuples = con.sql(f"""SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}
+                        WHERE seq > {since} OR id IN (SELECT id FROM {SCHEMA}.cl WHERE rel = {quote_str(n)}
+                                                      AND seq > {since})""").to_arrow_table()
+                    monos = None
+                else:
+                    monos = con.sql(f"SELECT vid, ids FROM {rel.aug('m')} WHERE seq > {since}").to_arrow_table()
+                    tuples = con.sql(f"""SELECT vid, {cols_sql(rel)} FROM {rel.aug('t')} WHERE seq > {since}
+                        OR vid IN (SELECT vid FROM {rel.aug('m')} WHERE seq > {since})""").to_arrow_table()
+                out.append(RelationChanges(
+                    name=n, kind="base" if rel.is_base else "derived",
+                    columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key),
+                    fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
+            rels = ", ".join(quote_str(r) for r in sorted(lineage)) or "NULL"
+            cl = con.sql(f"""SELECT id, rel, cl, kh, stamp FROM {SCHEMA}.cl
+                             WHERE seq > {since} AND rel IN ({rels})""").to_arrow_table()
+        return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
+
+    def merge(self, changeset: Changeset | bytes) -> MergeResult:
+        """Merge a changeset (or its bytes): atomic, idempotent and commutative.
+
+        Relations this site does not hold are ignored; a relation whose schema differs from the
+        local declaration makes the whole merge fail with SchemaMismatchError, changing nothing.
+        """
+        self._check_open()
+        cs = changeset if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+        if not isinstance(cs, Changeset):
+            raise ChangesetError(f"merge takes a Changeset or bytes, not {type(changeset).__name__}")
+        held, ignored = [], []
+        for rc in cs.relations:
+            rel = self._rels.get(rc.name)
+            if rel is None:
+                ignored.append(rc.name)
+                continue
+            self._check_schema(rel, rc)
+            held.append((rel, rc))
+        con = self._con
+        registered: list[str] = []
+        try:
+            with self._transaction():
+                batch = Batch()
+                lineage: set[str] = set()
+                for i, (rel, rc) in enumerate(held):
+                    lineage |= set(rc.lineage)
+                    if rel.kind == "remote" and not set(rc.lineage) <= rel.lineage:
+                        rel.lineage |= set(rc.lineage)
+                        con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
+                                    [relation_row(rel, 0)[6], rel.name])
+                    tuples = self._load(f"_crr_in_t{i}", rc.tuples, registered,
+                                        [("id" if rc.kind == "base" else "vid", "UHUGEINT")] + list(rc.columns), rc.name)
+                    self._verify_ids(rel, rc, tuples)
+                    if rel.is_base:
+                        batch.base[rel.name] = tuples
+                    elif rc.kind == "base":
+                        monos = f"_crr_in_m{i}"
+                        con.execute(f"CREATE OR REPLACE TEMP TABLE {monos} AS SELECT id AS vid, [id] AS ids FROM {_t(tuples)}")
+                        con.execute(f"ALTER TABLE {_t(tuples)} RENAME COLUMN id TO vid")
+                        batch.derived[rel.name] = (tuples, monos)
+                    else:
+                        if rc.monos is None:
+                            raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
+                        monos = self._load(f"_crr_in_m{i}", rc.monos, registered,
+                                           [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name)
+                        orphans = con.execute(f"""SELECT count(*) FROM {_t(monos)} m ANTI JOIN {_t(tuples)} t
+                                                  ON t.vid = m.vid""").fetchall()[0][0]
+                        bad = con.execute(f"SELECT count(*) FROM {_t(monos)} WHERE ids IS NULL OR len(ids) = 0 "
+                                          "OR list_contains(ids, NULL)").fetchall()[0][0]
+                        if orphans or bad:
+                            raise ChangesetError(f"malformed changeset: relation {rc.name} has monomials without "
+                                                 "tuples or without ids")
+                        batch.derived[rel.name] = (tuples, monos)
+                if cs.cl is not None and held:
+                    interest = set(lineage)
+                    for name, r in self._rels.items():
+                        interest |= self.lineage(name)
+                    cl = self._load("_crr_in_cl", cs.cl, registered,
+                                    [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
+                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
+                    bad = con.execute(f"SELECT count(*) FROM {_t(cl)} WHERE id IS NULL OR rel IS NULL OR cl IS NULL "
+                                      "OR cl < 1").fetchall()[0][0]
+                    if bad:
+                        raise ChangesetError(f"malformed changeset: {bad} causal-length entries lack an id, "
+                                             "relation or positive length")
+                    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
+                    con.execute(f"DELETE FROM {_t(cl)} WHERE rel NOT IN ({rels})")
+                    max_stamp = con.execute(f"SELECT max(stamp) FROM {_t(cl)}").fetchall()[0][0]
+                    self._clock.observe(max_stamp)
+                    batch.cl = cl
+                result = self._apply(batch) if held else BatchResult()
+        finally:
+            for name in registered:
+                con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
+        return MergeResult(result, ignored)
+
+    def _check_schema(self, rel: Relation, rc: RelationChanges) -> None:
+        local = [(c.name, c.type) for c in rel.columns]
+        if [tuple(c) for c in rc.columns] != local:
+            raise SchemaMismatchError(
+                f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
+                f"declares {rel.schema_text()}; declare the relation with the same columns and types")
+        if rel.is_base and rc.kind != "base":
+            raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
+                                      "at the source; a replicated table merges only replicas of itself")
+        if rel.kind == "view" and rc.kind == "base":
+            raise SchemaMismatchError(f"relation {rel.name} is a materialized view here but a replicated table at the "
+                                      "source; declare it here as CREATE REMOTE TABLE to receive it")
+        if rel.is_base and list(rc.key) != list(rel.key):
+            raise SchemaMismatchError(
+                f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
+                f"declares {rel.schema_text()}; the primary keys differ")
+
+    def _load(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
+              what: str) -> str:
+        """Copy an Arrow table into a temp table after checking its column names and types."""
+        con = self._con
+        view = f"{name}_arrow"
+        con.register(view, table)
+        try:
+            got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
+            if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
+                raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {view}")
+            registered.append(name)
+        finally:
+            con.unregister(view)
+        return name
+
+    def _verify_ids(self, rel: Relation, rc: RelationChanges, tuples: str) -> None:
+        idcol = "id" if rc.kind == "base" else "vid"
+        bad = self._con.execute(f"""SELECT count(*) FROM {_t(tuples)} w
+            WHERE w.{idcol} IS NULL OR w.{idcol} <> {tuple_id_sql(rc.name, rel.columns, 'w')}""").fetchall()[0][0]
+        if bad:
+            raise ChangesetError(f"malformed changeset: {bad} tuple(s) of {rc.name} carry ids that do not match "
+                                 "their values; the changeset is corrupt or forged")

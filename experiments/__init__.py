@@ -1,0 +1,1 @@
+"""Benchmarks of crr against Gupta counting and full recomputation."""

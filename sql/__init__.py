@@ -1,0 +1,1 @@
+"""SQL front end: sqlglot parsing of crr DDL/DML, SPJR+UNION validation, and view -> delta-merge plans."""

@@ -1,0 +1,273 @@
+"""Compile a view query into delta-merge plans (sqlglot expressions, backend-neutral).
+
+A view ``V = B1 UNION ... UNION Bk`` is normalised into branches. Each branch is
+``SELECT <projections> FROM X1 AS a1, ..., Xn AS an WHERE <predicate>``: inner-join conditions
+(ON / USING) move into the predicate, stars are expanded, and every column is qualified with its
+alias. For an input occurrence ``ai`` that has new augmented tuples, the delta plan is the branch
+with ``Xi`` replaced by its delta and every other ``Xj`` by its full augmented state, plus one more
+output column, the product of the inputs' monomials::
+
+    SELECT CAST(p1 AS T1) AS c1, ..., sort(distinct(a1._crr_ids ++ ... ++ an._crr_ids)) AS _crr_ids
+    FROM <delta of X_i> AS ai, <state of X_j> AS aj, ... WHERE <predicate>
+
+Summing (``+``) the results into the view is the engine's job; duplicates collapse there.
+The sources are supplied by the engine as SQL expressions with the input's columns plus
+``_crr_ids`` (the monomial, a sorted list of tuple ids), so the same plan runs on any backend that
+has list functions (sqlglot transpiles ``list_concat``/``list_distinct``/``list_sort``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from sqlglot import exp
+
+from crr.errors import CatalogError, SqlError
+from sql.statements import DIALECT
+from sql.validate import validate_view_query
+
+IDS = "_crr_ids"
+
+Columns = list[tuple[str, str]]
+SourceFn = Callable[[str, bool], exp.Expression]
+
+
+@dataclass
+class Occurrence:
+    """One appearance of an input relation in a branch, under its alias."""
+
+    relation: str
+    alias: str
+
+
+@dataclass
+class Branch:
+    """A normalised SELECT-FROM-WHERE branch of the view."""
+
+    projections: list[exp.Expression]  # unaliased, qualified expressions
+    occurrences: list[Occurrence]
+    predicate: exp.Expression | None
+    names: list[str | None]  # output names the query gives (alias or column name), None if unnamed
+
+    def select(self, names: list[str], types: list[str] | None, source: Callable[[int], exp.Expression],
+               with_ids: bool) -> exp.Select:
+        """The branch as a SELECT whose i-th input is ``source(i)``, optionally with the monomial column."""
+        proj = []
+        for i, p in enumerate(self.projections):
+            e = p.copy()
+            if types is not None:
+                e = exp.Cast(this=e, to=exp.DataType.build(types[i], dialect=DIALECT))
+            proj.append(exp.alias_(e, names[i], quoted=True))
+        if with_ids:
+            proj.append(exp.alias_(monomial_product([o.alias for o in self.occurrences]), IDS, quoted=True))
+        query = exp.select(*proj)
+        for i, occ in enumerate(self.occurrences):
+            src = source(i)
+            aliased = exp.alias_(src, occ.alias, table=True, quoted=True) if not isinstance(src, exp.Table) \
+                else src.as_(occ.alias, quoted=True)
+            query = query.from_(aliased) if i == 0 else query.join(aliased, join_type="cross")
+        if self.predicate is not None:
+            query = query.where(self.predicate.copy())
+        return query
+
+
+def monomial_product(aliases: list[str]) -> exp.Expression:
+    """The product of the inputs' monomials: the sorted set union of their id lists."""
+    cols = [exp.column(IDS, table=a, quoted=True) for a in aliases]
+    if len(cols) == 1:
+        return cols[0]
+    joined = exp.Anonymous(this="list_concat", expressions=cols)
+    return exp.Anonymous(this="list_sort", expressions=[exp.Anonymous(this="list_distinct", expressions=[joined])])
+
+
+@dataclass
+class ViewPlan:
+    """A compiled view: output schema, normalised branches, and delta-plan builders."""
+
+    name: str
+    columns: Columns
+    branches: list[Branch]
+
+    @property
+    def inputs(self) -> list[str]:
+        """Distinct input relations, in order of first appearance."""
+        seen: list[str] = []
+        for b in self.branches:
+            for o in b.occurrences:
+                if o.relation not in seen:
+                    seen.append(o.relation)
+        return seen
+
+    def width(self, input_width: Callable[[str], int | None]) -> int | None:
+        """Largest number of ids in one monomial of this view, or None when an input's is unknown."""
+        widths = []
+        for b in self.branches:
+            total = 0
+            for o in b.occurrences:
+                w = input_width(o.relation)
+                if w is None:
+                    return None
+                total += w
+            widths.append(total)
+        return max(widths)
+
+    def delta_queries(self, changed: set[str], source: SourceFn) -> list[exp.Select]:
+        """One plan per (branch, occurrence) whose relation is in ``changed``.
+
+        ``source(relation, delta)`` gives the SQL of a relation's delta (``delta=True``) or full
+        augmented state, each with the relation's columns plus ``_crr_ids``.
+        """
+        names = [c for c, _ in self.columns]
+        types = [t for _, t in self.columns]
+        plans = []
+        for b in self.branches:
+            for i, occ in enumerate(b.occurrences):
+                if occ.relation not in changed:
+                    continue
+                plans.append(b.select(names, types,
+                                      lambda j, i=i, b=b: source(b.occurrences[j].relation, j == i),
+                                      with_ids=True))
+        return plans
+
+    def full_query(self, source: Callable[[str], exp.Expression] | None = None) -> exp.Expression:
+        """The view as a plain set query over its inputs (APP tables unless ``source`` is given)."""
+        names = [c for c, _ in self.columns]
+        selects = [b.select(names, None,
+                            (lambda j, b=b: source(b.occurrences[j].relation)) if source
+                            else (lambda j, b=b: exp.to_table(b.occurrences[j].relation, quoted=True)),
+                            with_ids=False)
+                   for b in self.branches]
+        query: exp.Expression = selects[0]
+        for s in selects[1:]:
+            query = exp.union(query, s, distinct=True)
+        return query
+
+
+def flatten_union(query: exp.Expression) -> list[exp.Select]:
+    """The SELECT branches of a (validated) UNION tree, left to right."""
+    if isinstance(query, exp.Subquery):
+        return flatten_union(query.this)
+    if isinstance(query, exp.Union):
+        return flatten_union(query.this) + flatten_union(query.expression)
+    assert isinstance(query, exp.Select)
+    return [query]
+
+
+def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[str], Columns | None],
+                 describe: Callable[[str], Columns]) -> ViewPlan:
+    """Validate and compile ``CREATE MATERIALIZED VIEW name AS query``.
+
+    ``relation_columns(r)`` returns the columns of crr relation ``r`` at this site (None if there
+    is no such relation); ``describe(sql)`` returns the output columns DuckDB derives for a query.
+    """
+    validate_view_query(query)
+    branches = [_normalise(s, relation_columns) for s in flatten_union(query)]
+    for b in branches:
+        if name in [o.relation for o in b.occurrences]:
+            raise SqlError(f"view {name} cannot read itself")
+    # Output names: explicit aliases, column names, or DuckDB's own naming of the first branch.
+    explicit = list(branches[0].names)
+    if any(n is None for n in explicit):
+        probe = branches[0].select([n or f"_crr_col{i}" for i, n in enumerate(explicit)], None,
+                                   lambda j: exp.to_table(branches[0].occurrences[j].relation, quoted=True),
+                                   with_ids=False)
+        for proj, n in zip(probe.expressions, explicit):
+            if n is None:
+                proj.replace(proj.this)
+        described = describe(probe.sql(DIALECT))
+        explicit = [n or described[i][0] for i, n in enumerate(explicit)]
+    names = [str(n) for n in explicit]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SqlError(f"view {name} has several output columns named {', '.join(dupes)}; "
+                       "give each a distinct name with AS")
+    for b in branches[1:]:
+        if len(b.projections) != len(names):
+            raise SqlError(f"the branches of UNION in view {name} have different numbers of columns "
+                           f"({len(names)} and {len(b.projections)})")
+    plan = ViewPlan(name=name, columns=[(n, "") for n in names], branches=branches)
+    columns = describe(plan.full_query().sql(DIALECT))
+    plan.columns = [(n, t) for n, (_, t) in zip(names, columns)]
+    return plan
+
+
+def _normalise(select: exp.Select, relation_columns: Callable[[str], Columns | None]) -> Branch:
+    from_ = select.args.get("from_") or select.args.get("from")
+    tables = [from_.this] + [j.this for j in select.args.get("joins") or []]
+    occurrences: list[Occurrence] = []
+    columns_of: dict[str, list[str]] = {}
+    for t in tables:
+        rel = t.name
+        cols = relation_columns(rel)
+        if cols is None:
+            raise CatalogError(f"view input {rel} is not a crr relation at this site; "
+                               "declare it with CREATE REPLICATED TABLE, CREATE REMOTE TABLE or CREATE MATERIALIZED VIEW")
+        alias = t.alias_or_name
+        if alias in columns_of:
+            raise SqlError(f"the name {alias} appears twice in FROM; give each occurrence a distinct alias")
+        occurrences.append(Occurrence(relation=rel, alias=alias))
+        columns_of[alias] = [c for c, _ in cols]
+    aliases = [o.alias for o in occurrences]
+    conditions: list[exp.Expression] = []
+    using_hidden: dict[str, set[str]] = {}  # alias -> columns a USING join merged into an earlier input
+    using_first: dict[str, str] = {}  # USING column -> alias that represents it
+    for idx, join in enumerate(select.args.get("joins") or [], start=1):
+        right = aliases[idx]
+        if join.args.get("on") is not None:
+            conditions.append(join.args["on"].copy())
+        for ident in join.args.get("using") or []:
+            col = ident.name
+            left = next((a for a in aliases[:idx] if col in columns_of[a]), None)
+            if left is None or col not in columns_of[right]:
+                raise SqlError(f"USING ({col}): the column is not on both sides of the join")
+            left = using_first.get(col, left)
+            using_first[col] = left
+            using_hidden.setdefault(right, set()).add(col)
+            conditions.append(exp.EQ(this=exp.column(col, table=left, quoted=True),
+                                     expression=exp.column(col, table=right, quoted=True)))
+    where = select.args.get("where")
+    if where is not None:
+        conditions.append(where.this.copy())
+    predicate = exp.and_(*conditions) if conditions else None
+    projections: list[exp.Expression] = []
+    names: list[str | None] = []
+    for e in select.expressions:
+        if isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)):
+            only = e.table if isinstance(e, exp.Column) else None
+            if only and only not in columns_of:
+                raise SqlError(f"{only}.* names no input of the view (inputs: {', '.join(aliases)})")
+            expanded = [exp.column(c, table=a, quoted=True)
+                        for a in aliases if only in (None, a)
+                        for c in columns_of[a] if only or c not in using_hidden.get(a, set())]
+            projections.extend(expanded)
+            names.extend(c.name for c in expanded)
+        else:
+            projections.append((e.this if isinstance(e, exp.Alias) else e).copy())
+            names.append(e.alias if isinstance(e, exp.Alias)
+                         else e.name if isinstance(e, exp.Column) else None)
+    qualify = lambda node: _qualify(node, columns_of, using_first)  # noqa: E731
+    projections = [p.transform(qualify) for p in projections]
+    if predicate is not None:
+        predicate = predicate.transform(qualify)
+    return Branch(projections=projections, occurrences=occurrences, predicate=predicate, names=names)
+
+
+def _qualify(node: exp.Expression, columns_of: dict[str, list[str]], using_first: dict[str, str]) -> exp.Expression:
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+        return node
+    if node.table:
+        if node.table not in columns_of:
+            raise SqlError(f"{node.sql(DIALECT)} names no input of the view (inputs: {', '.join(columns_of)})")
+        if node.name not in columns_of[node.table]:
+            raise SqlError(f"{node.table} has no column {node.name} (columns: {', '.join(columns_of[node.table])})")
+        return node
+    owners = [a for a, cols in columns_of.items() if node.name in cols]
+    if not owners:
+        raise SqlError(f"no input of the view has a column {node.name}")
+    if len(owners) > 1:
+        if node.name in using_first:
+            owners = [using_first[node.name]]
+        else:
+            raise SqlError(f"column {node.name} is ambiguous (in {', '.join(owners)}); qualify it with an alias")
+    return exp.column(node.name, table=owners[0], quoted=True)

@@ -1,0 +1,144 @@
+"""Turn INSERT / UPDATE / DELETE on a replicated table into queries that yield the affected rows.
+
+crr does not let DuckDB modify a replicated table directly: the write has to go through the AUG
+layer (ids, causal lengths, stamps). So each DML statement becomes one or two ``SELECT`` queries
+over the APP table (which always equals the visible state) whose results are the rows to delete
+and the rows to insert. Parameters (``?``, ``$n``) keep their positions, so the caller passes the
+statement's parameters unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from crr.errors import SqlError, UnsupportedSqlError
+from sql.statements import DIALECT
+
+
+@dataclass
+class RowQueries:
+    """SQL of the rows a statement removes (``old``) and adds (``new``); either may be None.
+
+    Both select the table's columns in declaration order, named as the table's columns; ``new``
+    casts every value to its declared type.
+    """
+
+    old: str | None
+    new: str | None
+
+
+def _q(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _cast(e: exp.Expression, type_sql: str) -> exp.Expression:
+    return exp.Cast(this=e, to=exp.DataType.build(type_sql, dialect=DIALECT))
+
+
+def _refuse(tree: exp.Expression, arg: str, what: str) -> None:
+    if tree.args.get(arg):
+        raise UnsupportedSqlError(f"{what} is not supported on replicated tables")
+
+
+def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) -> RowQueries:
+    """Rows added by ``INSERT INTO table [(cols)] VALUES ... | SELECT ...``."""
+    _refuse(tree, "conflict", "INSERT ... ON CONFLICT")
+    _refuse(tree, "returning", "INSERT ... RETURNING")
+    _refuse(tree, "alternative", "INSERT OR REPLACE / INSERT OR IGNORE")
+    _refuse(tree, "by_name", "INSERT ... BY NAME")
+    _refuse(tree, "overwrite", "INSERT OVERWRITE")
+    names = [c for c, _ in columns]
+    if isinstance(tree.this, exp.Schema):
+        target_cols = [e.name for e in tree.this.expressions]
+        for c in target_cols:
+            if c not in names:
+                raise SqlError(f"table {table} has no column {c} (columns: {', '.join(names)})")
+        if len(set(target_cols)) != len(target_cols):
+            raise SqlError(f"INSERT names a column of {table} twice")
+    else:
+        target_cols = names
+    source = tree.expression
+    if source is None:
+        raise UnsupportedSqlError("INSERT ... DEFAULT VALUES is not supported; list the values")
+    if isinstance(source, exp.Values):
+        source = exp.select("*").from_(exp.Subquery(this=source.copy()))
+    inner_alias = exp.TableAlias(this=_q("_crr_src"), columns=[_q(f"c{i}") for i in range(len(target_cols))])
+    subquery = exp.Subquery(this=source.copy(), alias=inner_alias)
+    projections = []
+    for name, type_sql in columns:
+        if name in target_cols:
+            value: exp.Expression = exp.column(f"c{target_cols.index(name)}", table="_crr_src", quoted=True)
+        else:
+            value = exp.Null()
+        projections.append(exp.alias_(_cast(value, type_sql), name, quoted=True))
+    query = exp.select(*projections).from_(subquery)
+    return RowQueries(old=None, new=query.sql(DIALECT))
+
+
+def _target(tree: exp.Expression) -> exp.Table:
+    target = tree.this
+    if isinstance(target, exp.Schema):  # pragma: no cover - not produced for UPDATE/DELETE
+        target = target.this
+    return target
+
+
+def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) -> RowQueries:
+    """Rows removed and added by ``UPDATE table SET ... [FROM ...] [WHERE ...]``."""
+    _refuse(tree, "returning", "UPDATE ... RETURNING")
+    _refuse(tree, "order", "UPDATE ... ORDER BY")
+    _refuse(tree, "limit", "UPDATE ... LIMIT")
+    names = [c for c, _ in columns]
+    target = _target(tree).copy()
+    qualifier = target.alias_or_name
+    assignments: dict[str, exp.Expression] = {}
+    for eq in tree.expressions:
+        if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
+            raise UnsupportedSqlError(f"UPDATE assignment {eq.sql(DIALECT)} is not supported; use SET col = expr")
+        col = eq.this.name
+        if col not in names:
+            raise SqlError(f"table {table} has no column {col} (columns: {', '.join(names)})")
+        if col in assignments:
+            raise SqlError(f"UPDATE sets column {col} twice")
+        assignments[col] = eq.expression
+    # SET expressions come first, in the order written, so positional parameters keep their order.
+    set_cols = list(assignments)
+    set_proj = [exp.alias_(assignments[c].copy(), f"_crr_set_{i}", quoted=True) for i, c in enumerate(set_cols)]
+    old_proj = [exp.alias_(exp.column(n, table=qualifier, quoted=True), f"_crr_old_{i}", quoted=True)
+                for i, n in enumerate(names)]
+    inner = exp.select(*set_proj, *old_proj).from_(target)
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if from_ is not None:
+        for extra in [from_.this, *from_.expressions]:
+            if extra is not None:
+                inner = inner.join(extra.copy(), join_type="cross")
+    where = tree.args.get("where")
+    if where is not None:
+        inner = inner.where(where.this.copy())
+    new_proj = []
+    for i, (n, type_sql) in enumerate(columns):
+        src = f"_crr_set_{set_cols.index(n)}" if n in assignments else f"_crr_old_{i}"
+        new_proj.append(exp.alias_(_cast(exp.column(src, quoted=True), type_sql), n, quoted=True))
+    old_cols = [exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))]
+    query = exp.select(*new_proj, *old_cols).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=_q("_crr_upd"))))
+    sql = query.sql(DIALECT)
+    return RowQueries(old=sql, new=sql)
+
+
+def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) -> RowQueries:
+    """Rows removed by ``DELETE FROM table [USING ...] [WHERE ...]``."""
+    _refuse(tree, "returning", "DELETE ... RETURNING")
+    _refuse(tree, "limit", "DELETE ... LIMIT")
+    target = _target(tree).copy()
+    qualifier = target.alias_or_name
+    proj = [exp.alias_(exp.column(n, table=qualifier, quoted=True), n, quoted=True) for n, _ in columns]
+    query = exp.select(*proj).from_(target)
+    for extra in tree.args.get("using") or []:
+        query = query.join(extra.copy(), join_type="cross")
+    where = tree.args.get("where")
+    if where is not None:
+        query = query.where(where.this.copy())
+    if tree.args.get("using"):
+        query = query.distinct()
+    return RowQueries(old=query.sql(DIALECT), new=None)
