@@ -1,0 +1,29 @@
+"""The ``crr`` command line (argparse, from the standard library: no extra dependency)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from crr.errors import CrrError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``crr`` console script."""
+    parser = argparse.ArgumentParser(prog="crr", description="Replicated incremental view maintenance on DuckDB")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="replay the paper's Figure 1 / Table 1 scenario with six sites")
+    demo.add_argument("--dir", help="folder for the six DuckDB files (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "demo":
+            from crr.demo import run
+            run(args.dir)
+    except CrrError as e:
+        print(f"crr: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Shared helpers for the crr tests."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import crr
+
+
+def app(site: crr.Site, rel: str) -> list[tuple]:
+    """A relation's APP rows, sorted (NULLs first)."""
+    return site.execute(f"SELECT * FROM {rel} ORDER BY ALL NULLS FIRST")
+
+
+def aug(site: crr.Site, rel: str) -> dict:
+    """A relation's whole AUG state, in a form that compares equal across sites."""
+    r = site.relation(rel)
+    if r.is_base:
+        tuples = site.execute(f'SELECT * EXCLUDE (seq) FROM _crr."{rel}$t" ORDER BY id')
+        monos = None
+    else:
+        tuples = site.execute(f'SELECT * EXCLUDE (seq, nalive) FROM _crr."{rel}$t" ORDER BY vid')
+        monos = site.execute(f'SELECT vid, mid, ids FROM _crr."{rel}$m" ORDER BY vid, mid')
+    lineage = ", ".join(f"'{x}'" for x in sorted(site.lineage(rel)))
+    cl = site.execute(f"SELECT id, rel, cl, kh, stamp, vis FROM _crr.cl WHERE rel IN ({lineage}) ORDER BY id")
+    return {"tuples": tuples, "monos": monos, "cl": cl}
+
+
+def sync(src: crr.Site, dst: crr.Site, *rels: str, since: int = 0) -> int:
+    """Ship src's changes of rels (all if none) to dst as bytes; returns the cursor."""
+    cs = src.changes(since=since, relations=list(rels) or None)
+    dst.merge(cs.to_bytes())
+    return cs.cursor
+
+
+def reference(tables: dict[str, list[tuple]], schemas: dict[str, str], views: list[tuple[str, str]],
+              query: str) -> list[tuple]:
+    """Plain DuckDB evaluating ``query`` over the given base rows (views defined as plain SQL views)."""
+    con = duckdb.connect()
+    for name, ddl in schemas.items():
+        con.execute(f"CREATE TABLE {name} {ddl}")
+        if tables[name]:
+            con.executemany(f"INSERT INTO {name} VALUES ({', '.join('?' * len(tables[name][0]))})", tables[name])
+    for name, sql in views:
+        con.execute(f"CREATE VIEW {name} AS {sql}")
+    rows = con.execute(f"SELECT DISTINCT * FROM ({query}) ORDER BY ALL NULLS FIRST").fetchall()
+    con.close()
+    return rows
+
+
+@pytest.fixture
+def site():
+    """A fresh in-memory site."""
+    s = crr.Site(site_id="t0")
+    yield s
+    s.close()
