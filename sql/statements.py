@@ -139,9 +139,10 @@ def classify(sql: str) -> Statement:
                     plain="" if kind else words[0])
     try:
         tree = parse_one(sql)
-    except SqlError:
+    except SqlError as e:
+        # DuckDB-only syntax sqlglot cannot parse still runs when it is plainly a read
         head = sql.lstrip().split(None, 1)[0].lower() if sql.strip() else ""
-        if head in _READ_ONLY_HEADS:
+        if head in _READ_ONLY_HEADS and str(e).startswith("cannot parse") and ";" not in sql.strip().rstrip(";"):
             return Other(sql=sql, tree=None, read_only=True)
         raise
     if isinstance(tree, (exp.Insert, exp.Update, exp.Delete)):

@@ -154,7 +154,7 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         name = function_name(node)
         cls = type(node).__name__.lower()
         if name in NON_DETERMINISTIC or cls in NON_DETERMINISTIC:
-            raise refuse(f"non-deterministic function {name}()",
+            raise refuse(f"non-deterministic function {node.sql(DIALECT)[:60]}",
                          "a view must give the same result on every site; store the value in a table")
     if isinstance(node, exp.Star) and isinstance(node.parent, exp.Select):
         for arg in ("except", "replace", "rename"):

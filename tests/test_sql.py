@@ -1,0 +1,166 @@
+"""DDL, DML and view definitions through Site.execute, including what is refused."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import crr
+from tests.conftest import aug, sync
+
+
+def test_dml_insert_update_delete_with_parameters(site):
+    site.execute("CREATE REPLICATED TABLE t (a INT, b VARCHAR)")
+    assert site.execute("INSERT INTO t VALUES (?, ?), ($3, $4)", [1, "x", 2, "y"]) == [(2,)]
+    assert site.execute("INSERT INTO t (b, a) VALUES ('z', 3)") == [(1,)]
+    assert site.execute("INSERT INTO t SELECT a + 10, b FROM t WHERE a < ?", [3]) == [(2,)]
+    assert site.execute("UPDATE t SET b = ? WHERE a = ?", ["w", 1]) == [(1,)]
+    assert site.execute("DELETE FROM t WHERE a >= $1", [11]) == [(2,)]
+    assert site.execute("SELECT * FROM t ORDER BY a") == [(1, "w"), (2, "y"), (3, "z")]
+    assert site.execute("SELECT count(*) FROM t WHERE b IS NOT NULL") == [(3,)]
+
+
+def test_set_semantics_insert_present_and_delete_absent_change_nothing(site):
+    site.execute("CREATE REPLICATED TABLE t (a INT)")
+    site.execute("INSERT INTO t VALUES (1), (1)")
+    before = site.cursor
+    site.execute("INSERT INTO t VALUES (1)")
+    site.execute("DELETE FROM t WHERE a = 5")
+    assert site.cursor == before
+    assert site.execute("SELECT * FROM t") == [(1,)]
+    site.execute("DELETE FROM t")
+    site.execute("INSERT INTO t VALUES (1)")
+    assert site.execute("SELECT cl FROM _crr.cl") == [(3,)]
+
+
+def test_keyed_table_last_writer_wins_and_constraints():
+    s0, s1 = crr.Site(site_id="k0"), crr.Site(site_id="k1")
+    for s in (s0, s1):
+        s.execute("CREATE REPLICATED TABLE p (k INT PRIMARY KEY, v VARCHAR)")
+    s0.execute("INSERT INTO p VALUES (1, 'a')")
+    with pytest.raises(crr.ConstraintError, match="duplicate key"):
+        s0.execute("INSERT INTO p VALUES (1, 'b')")
+    with pytest.raises(crr.ConstraintError):
+        s0.execute("INSERT INTO p VALUES (2, 'x'), (2, 'y')")
+    with pytest.raises(crr.ConstraintError, match="NULL"):
+        s0.execute("INSERT INTO p VALUES (NULL, 'x')")
+    s0.execute("INSERT INTO p VALUES (1, 'a')")  # same value: nothing changes
+    sync(s0, s1)
+    s0.execute("UPDATE p SET v = 'from s0' WHERE k = 1")
+    s1.execute("UPDATE p SET v = 'from s1' WHERE k = 1")  # later stamp wins
+    sync(s0, s1)
+    sync(s1, s0)
+    assert s0.execute("SELECT * FROM p") == s1.execute("SELECT * FROM p") == [(1, "from s1")]
+    assert aug(s0, "p") == aug(s1, "p")
+    s0.execute("UPDATE p SET k = 2 WHERE k = 1")  # key change
+    assert s0.execute("SELECT * FROM p") == [(2, "from s1")]
+    s0.execute("INSERT INTO p VALUES (1, 'again')")
+    sync(s0, s1)
+    assert s1.execute("SELECT * FROM p ORDER BY k") == [(1, "again"), (2, "from s1")]
+
+
+def test_insert_many_from_tuples_arrow_and_dataframe(site):
+    site.execute("CREATE REPLICATED TABLE t (a BIGINT, b DOUBLE)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM t WHERE b > 0")
+    assert site.insert_many("t", [(1, 1.5), (2, -1.0)]) == 2
+    assert site.insert_many("t", pa.table({"a": [3], "b": [2.0]})) == 1
+    assert site.insert_many("t", pd.DataFrame({"b": [4.0], "a": [4]})) == 1
+    assert site.execute("SELECT a FROM v ORDER BY a") == [(1,), (3,), (4,)]
+
+
+def test_view_shapes_and_views_over_views(site):
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("CREATE REPLICATED TABLE s (b INT, c INT)")
+    site.execute("INSERT INTO r VALUES (1, 2), (2, 3)")
+    site.execute("CREATE MATERIALIZED VIEW j AS SELECT * FROM r JOIN s USING (b)")
+    site.execute("CREATE MATERIALIZED VIEW e AS SELECT a * 2 AS twice, upper('x') || a AS tag FROM r")
+    site.execute("CREATE MATERIALIZED VIEW vv AS SELECT DISTINCT c FROM j WHERE a > 0")
+    site.execute("INSERT INTO s VALUES (2, 7), (3, 7)")
+    assert site.execute("SELECT * FROM j ORDER BY a") == [(1, 2, 7), (2, 3, 7)]
+    assert site.execute("SELECT * FROM e ORDER BY twice") == [(2, "X1"), (4, "X2")]
+    assert site.execute("SELECT * FROM vv") == [(7,)]
+    site.execute("DELETE FROM s WHERE b = 2")
+    assert site.execute("SELECT * FROM vv") == [(7,)]
+    site.execute("DELETE FROM s")
+    assert site.execute("SELECT * FROM vv") == []
+
+
+@pytest.mark.parametrize("query, construct", [
+    ("SELECT a, count(*) FROM r GROUP BY a", "GROUP BY"),
+    ("SELECT max(a) FROM r", "aggregate function max"),
+    ("SELECT * FROM r LEFT JOIN s ON r.b = s.b", "LEFT OUTER JOIN"),
+    ("SELECT a FROM r EXCEPT SELECT b FROM s", "EXCEPT"),
+    ("SELECT a FROM r INTERSECT SELECT b FROM s", "INTERSECT"),
+    ("SELECT a FROM r WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.b = r.a)", "NOT EXISTS"),
+    ("SELECT a FROM r UNION ALL SELECT b FROM s", "UNION ALL"),
+    ("SELECT a FROM r ORDER BY a", "ORDER BY"),
+    ("SELECT a FROM r LIMIT 3", "LIMIT"),
+    ("SELECT a, row_number() OVER () FROM r", "window functions"),
+    ("SELECT a, random() FROM r", "(?i)non-deterministic function random"),
+    ("SELECT a FROM r WHERE a < now()", "non-deterministic function"),
+    ("WITH RECURSIVE x AS (SELECT 1 AS n) SELECT * FROM x", "recursive CTE"),
+    ("SELECT a FROM r WHERE a IN (SELECT b FROM s)", "subqueries"),
+])
+def test_unsupported_view_queries_are_refused_by_name(site, query, construct):
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("CREATE REPLICATED TABLE s (b INT, c INT)")
+    with pytest.raises(crr.UnsupportedSqlError, match=construct):
+        site.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    assert "v" not in site.relations()
+    assert site.execute("SELECT count(*) FROM information_schema.tables WHERE table_name ILIKE 'v%'") == [(0,)]
+
+
+def test_writes_to_views_and_remote_tables_are_refused(site):
+    site.execute("CREATE REMOTE TABLE r (a INT)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM r")
+    for stmt in ("INSERT INTO r VALUES (1)", "DELETE FROM v", "UPDATE v SET a = 1"):
+        with pytest.raises(crr.ReadOnlyRelationError):
+            site.execute(stmt)
+    with pytest.raises(crr.UnsupportedSqlError):
+        site.execute("ALTER TABLE r ADD COLUMN b INT")
+    with pytest.raises(crr.UnsupportedSqlError):
+        site.execute("INSERT INTO _crr.cl VALUES (1, 'r', 1, NULL, 0, true, 1)")
+
+
+def test_drop_refused_while_a_view_depends_then_allowed(site):
+    site.execute("CREATE REPLICATED TABLE r (a INT)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM r")
+    with pytest.raises(crr.CatalogError, match="view\\(s\\) v"):
+        site.execute("DROP REPLICATED TABLE r")
+    with pytest.raises(crr.CatalogError, match="DROP MATERIALIZED VIEW"):
+        site.execute("DROP REMOTE TABLE v")
+    site.execute("DROP MATERIALIZED VIEW v")
+    site.execute("DROP TABLE r")
+    site.execute("DROP REPLICATED TABLE IF EXISTS r")
+    assert site.relations() == {}
+    site.execute("CREATE REPLICATED TABLE r (a INT)")  # the name is free again
+
+
+@pytest.mark.parametrize("ddl, error", [
+    ("CREATE REPLICATED TABLE t (a INT[])", crr.TypeMismatchError),
+    ("CREATE REPLICATED TABLE t (a INT DEFAULT 3)", crr.UnsupportedSqlError),
+    ("CREATE REPLICATED TABLE t (a INT, PRIMARY KEY (b))", crr.SqlError),
+    ("CREATE REPLICATED TABLE t (_crr_x INT)", crr.SqlError),
+    ("CREATE REPLICATED TABLE t (a NOSUCHTYPE)", crr.SqlError),
+    ("CREATE MATERIALIZED VIEW v AS SELECT a FROM nowhere", crr.CatalogError),
+    ("SELEC 1", crr.SqlError),
+    ("SELECT 1; SELECT 2", crr.SqlError),
+])
+def test_bad_ddl_gets_a_clear_error_and_changes_nothing(site, ddl, error):
+    with pytest.raises(error):
+        site.execute(ddl)
+    assert site.relations() == {}
+    assert site.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'") == [(0,)]
+
+
+def test_wrong_value_types_are_refused_without_change(site):
+    site.execute("CREATE REPLICATED TABLE t (a INT, d DATE)")
+    site.execute("INSERT INTO t VALUES (1, DATE '2024-01-01')")
+    before = site.cursor
+    with pytest.raises(crr.TypeMismatchError):
+        site.execute("INSERT INTO t VALUES ('not a number', NULL)")
+    with pytest.raises(crr.SqlError):
+        site.execute("UPDATE t SET nope = 1")
+    assert site.cursor == before
+    assert site.execute("SELECT * FROM t") == [(1, __import__("datetime").date(2024, 1, 1))]
