@@ -1,0 +1,20 @@
+"""The crr command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_demo_runs_and_converges(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "crr.cli", "demo", "--dir", str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout
+    last = out.split("Step 5")[1]
+    assert "s0.r0    <a1, b1, c1>\n" in last and "s5.r5    <a1, b1, c1>\n" in last
+    assert "a3" not in last  # the concurrent insert lost to the insert+delete everywhere
+    assert len(list(tmp_path.glob("s*.duckdb"))) == 6
+
+
+def test_cli_reports_errors_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "crr.cli", "nonsense"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "invalid choice" in proc.stderr
