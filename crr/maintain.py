@@ -119,10 +119,10 @@ class Maintainer:
 
     def temp(self, name: str, select_sql: str) -> int:
         """Create (or replace) a temp table from a query; return its row count."""
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {select_sql}")
+        rows = self.con.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {select_sql}").fetchall()
         if name not in self._temps:
             self._temps.append(name)
-        return self.con.execute(f"SELECT count(*) FROM {_t(name)}").fetchall()[0][0]
+        return int(rows[0][0]) if rows else 0  # CREATE TABLE AS reports the rows it wrote
 
     def counts(self, rel: str) -> RelationCounts:
         """The counts record of a relation."""
@@ -130,8 +130,8 @@ class Maintainer:
 
     def cleanup(self) -> None:
         """Drop the temp tables this batch created."""
-        for name in self._temps:
-            self.con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
+        if self._temps:
+            self.con.execute("; ".join(f"DROP TABLE IF EXISTS {_t(name)}" for name in self._temps))
         self._temps.clear()
 
     # -- the pipeline --------------------------------------------------------------------------
