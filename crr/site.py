@@ -234,11 +234,8 @@ class Site:
                 return []
 
     def _create_table(self, stmt: CreateTable) -> list[tuple]:
-        if stmt.name in self._rels or self._app_exists(stmt.name):
-            if stmt.if_not_exists and stmt.name in self._rels:
-                return []
-            raise CatalogError(f"a relation or table named {stmt.name} already exists at this site; "
-                               "DROP it first or pick another name")
+        if self._name_taken(stmt.name, stmt.if_not_exists):
+            return []
         with self._transaction():
             cols_sql_ = ", ".join(f"{quote_ident(c.name)} {c.type_sql}" for c in stmt.columns)
             with _translated_errors():
@@ -255,6 +252,15 @@ class Site:
         self._rels[rel.name] = rel
         return []
 
+    def _name_taken(self, name: str, if_not_exists: bool) -> bool:
+        """True if ``name`` is a crr relation and IF NOT EXISTS was given; raise if it is taken otherwise."""
+        if name in self._rels or self._app_exists(name):
+            if if_not_exists and name in self._rels:
+                return True
+            raise CatalogError(f"a relation or table named {name} already exists at this site; "
+                               "DROP it first or pick another name")
+        return False
+
     def _app_exists(self, name: str) -> bool:
         return bool(self._con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
                                       "AND lower(table_name) = ?", [name]).fetchall()[0][0])
@@ -266,11 +272,8 @@ class Site:
         self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
-        if stmt.name in self._rels or self._app_exists(stmt.name):
-            if stmt.if_not_exists and stmt.name in self._rels:
-                return []
-            raise CatalogError(f"a relation or table named {stmt.name} already exists at this site; "
-                               "DROP it first or pick another name")
+        if self._name_taken(stmt.name, stmt.if_not_exists):
+            return []
         plan = self._compile_tree(stmt.name, stmt.query)
         columns = [Column(n, t) for n, t in plan.columns]
         for c in columns:

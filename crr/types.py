@@ -93,36 +93,26 @@ def quote_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+_FIELD_SQL = {
+    "integer": "'i' || CAST({x} AS VARCHAR)",
+    "decimal": "'n' || CAST({x} AS VARCHAR)",
+    "float": "'f' || CASE WHEN isnan({x}) THEN 'nan' WHEN {x} = 0 THEN '0' ELSE CAST(CAST({x} AS DOUBLE) AS VARCHAR) END",
+    "string": "'s' || CAST(strlen({x}) AS VARCHAR) || ':' || {x}",
+    "boolean": "CASE WHEN {x} THEN 'b1' ELSE 'b0' END",
+    "date": "'d' || CAST({x} AS VARCHAR)",
+    "timestamp": "'t' || CAST(epoch_us({x}) AS VARCHAR)",
+    "timestamptz": "'z' || CAST(epoch_us({x}) AS VARCHAR)",
+    "time": "'h' || CAST({x} AS VARCHAR)",
+    "blob": "'x' || hex({x})",
+    "uuid": "'u' || CAST({x} AS VARCHAR)",
+}
+
+
 def field_sql(expr: str, family: str) -> str:
     """SQL text encoding one value (SQL expression ``expr``) of the given family, NULL -> 'N'."""
-    if family == "integer":
-        body = f"'i' || CAST({expr} AS VARCHAR)"
-    elif family == "decimal":
-        body = f"'n' || CAST({expr} AS VARCHAR)"
-    elif family == "float":
-        body = (
-            f"'f' || CASE WHEN isnan({expr}) THEN 'nan' WHEN {expr} = 0 THEN '0' "
-            f"ELSE CAST(CAST({expr} AS DOUBLE) AS VARCHAR) END"
-        )
-    elif family == "string":
-        body = f"'s' || CAST(strlen({expr}) AS VARCHAR) || ':' || {expr}"
-    elif family == "boolean":
-        body = f"CASE WHEN {expr} THEN 'b1' ELSE 'b0' END"
-    elif family == "date":
-        body = f"'d' || CAST({expr} AS VARCHAR)"
-    elif family == "timestamp":
-        body = f"'t' || CAST(epoch_us({expr}) AS VARCHAR)"
-    elif family == "timestamptz":
-        body = f"'z' || CAST(epoch_us({expr}) AS VARCHAR)"
-    elif family == "time":
-        body = f"'h' || CAST({expr} AS VARCHAR)"
-    elif family == "blob":
-        body = f"'x' || hex({expr})"
-    elif family == "uuid":
-        body = f"'u' || CAST({expr} AS VARCHAR)"
-    else:  # pragma: no cover - type_family guards every caller
+    if family not in _FIELD_SQL:  # pragma: no cover - type_family guards every caller
         raise TypeMismatchError(f"no encoding for type family {family}")
-    return f"coalesce({body}, 'N')"
+    return f"coalesce({_FIELD_SQL[family].format(x=expr)}, 'N')"
 
 
 def tuple_encoding_sql(prefix: str, columns: list[Column], qualifier: str = "") -> str:
