@@ -45,6 +45,8 @@ class Batch:
     cl: str | None = None
     base: dict[str, str] = field(default_factory=dict)
     derived: dict[str, tuple[str, str]] = field(default_factory=dict)
+    cl_relation: str | None = None  # set when every causal-length entry is of this one relation
+    cl_keyed: bool | None = None  # whether those entries carry key hashes, when known
 
 
 @dataclass
@@ -137,7 +139,7 @@ class Maintainer:
     # -- the pipeline --------------------------------------------------------------------------
     def apply(self, batch: Batch, view_order: list[str]) -> BatchResult:
         """Apply a batch (see module docstring) and return what changed."""
-        self._merge_cl(batch.cl)
+        self._merge_cl(batch)
         for rel, table in batch.base.items():
             self._merge_base(self.rels[rel], table)
         for rel, (tuples, monos) in batch.derived.items():
@@ -152,7 +154,8 @@ class Maintainer:
         return self.result
 
     # 1. causal lengths and visibility ------------------------------------------------------------
-    def _merge_cl(self, cl_in: str | None) -> None:
+    def _merge_cl(self, batch: Batch) -> None:
+        cl_in = batch.cl
         if cl_in is None:
             self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
             return
@@ -173,7 +176,9 @@ class Maintainer:
                    WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq}
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
                         VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, false, {self.seq})""")
-        keyed = self.con.execute(f"SELECT count(*) FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
+        keyed = batch.cl_keyed
+        if keyed is None:
+            keyed = self.con.execute(f"SELECT count(*) FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
         unkeyed_sql = f"""SELECT id, rel, (cl % 2 = 1) AS vis, old_vis
                           FROM {_t('_crr_dcl')} WHERE kh IS NULL"""
         keyed_sql = f"""SELECT id, rel, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
@@ -183,7 +188,8 @@ class Maintainer:
         flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
         if flips:
             self.x(f"UPDATE _crr.cl SET vis = f.vis FROM {_t('_crr_flip')} f WHERE cl.id = f.id")
-            self.flipped_rels = {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {_t('_crr_flip')}").fetchall()}
+            self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
+                                 {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {_t('_crr_flip')}").fetchall()})
 
     # 2. base tuples -----------------------------------------------------------------------------
     def _merge_base(self, rel: Relation, table: str) -> None:

@@ -75,6 +75,8 @@ class Site:
         self._con.execute("SET arrow_lossless_conversion = true")
         self._rels: dict[str, Relation] = {}
         self._widths: dict[str, tuple[int, int]] = {}
+        self._parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
+        self._rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries
         self._closed = False
         try:
             self._open(site_id)
@@ -207,8 +209,10 @@ class Site:
         A query returns its rows as a list of tuples; DML returns ``[(rows_affected,)]``; DDL ``[]``.
         """
         self._check_open()
-        stmt = classify(sql)
+        stmt = self._classify(sql)
         params = list(params) if params is not None and not isinstance(params, dict) else params
+        if isinstance(stmt, (CreateTable, CreateView, Drop)):
+            self._forget_statements()
         if isinstance(stmt, CreateTable):
             return self._create_table(stmt)
         if isinstance(stmt, CreateView):
@@ -218,6 +222,22 @@ class Site:
         if isinstance(stmt, Dml):
             return self._dml(stmt, params)
         return self._other(stmt, params)
+
+    def _classify(self, sql: str):
+        """Parse a statement, reusing the parse of DML seen before (apps repeat their statements)."""
+        stmt = self._parsed.get(sql)
+        if stmt is None:
+            stmt = classify(sql)
+            if isinstance(stmt, Dml):
+                if len(self._parsed) >= 256:
+                    self._forget_statements()
+                self._parsed[sql] = stmt
+        return stmt
+
+    def _forget_statements(self) -> None:
+        """Drop cached DML (after DDL, whose column lists the rewrites depend on)."""
+        self._parsed.clear()
+        self._rewritten.clear()
 
     def _other(self, stmt: Other, params) -> list[tuple]:
         if not stmt.read_only:
@@ -366,21 +386,16 @@ class Site:
             return self._other(Other(sql=stmt.tree.sql("duckdb"), tree=stmt.tree, read_only=True), params)
         rel = self._writable(stmt.target)
         columns = [(c.name, c.type) for c in rel.columns]
-        if stmt.kind == "insert":
-            rq = dml.insert_rows(stmt.tree, rel.name, columns)
-        elif stmt.kind == "update":
-            rq = dml.update_rows(stmt.tree, rel.name, columns)
-        else:
-            rq = dml.delete_rows(stmt.tree, rel.name, columns)
+        rq = self._rewritten.get(id(stmt))
+        if rq is None:
+            rewrite = {"insert": dml.insert_rows, "update": dml.update_rows, "delete": dml.delete_rows}[stmt.kind]
+            rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         with self._transaction():
             with _translated_errors():
                 query = rq.new or rq.old
                 assert query is not None
-                if params:
-                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}", params)
-                else:
-                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}")
-            count = self._con.execute("SELECT count(*) FROM temp.main._crr_rows").fetchall()[0][0]
+                ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}"
+                count = (self._con.execute(ctas, params) if params else self._con.execute(ctas)).fetchall()[0][0]
             old = new = None
             if stmt.kind == "update":
                 self._con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_rows_old AS SELECT

@@ -62,11 +62,9 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
                   LEFT JOIN _crr.cl c ON c.id = w.id) n
             WHERE n.cur % 2 = 0""")
     con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wcl AS {' UNION ALL '.join(parts)}")
-    batch = Batch(cl="_crr_wcl")
+    batch = Batch(cl="_crr_wcl", cl_relation=rel.name, cl_keyed=keyed)
     if new is not None:
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wtup AS
-                        SELECT id, {cols_sql(rel)} FROM {_t('_crr_wnew')}""")
-        batch.base[rel.name] = "_crr_wtup"
+        batch.base[rel.name] = "_crr_wnew"  # (id, kh, cols...): the pipeline reads id and the columns
     return batch
 
 
