@@ -107,6 +107,7 @@ class Maintainer:
         self.new_derived: dict[str, str] = {}  # relation -> temp of new monomials (vid, mid, ids, cols)
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()
+        self.newly_indexed: list[Relation] = []  # to undo in memory if the transaction rolls back
         self._temps: list[str] = []
 
     # -- helpers -------------------------------------------------------------------------------
@@ -245,7 +246,10 @@ class Maintainer:
                                 ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid""")
         if n == 0:
             return
-        if self._mixed_widths(rel, name):
+        lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(name)}").fetchall()[0]
+        if hi > 1 and not rel.indexed:
+            self._build_index(rel)
+        if self._mixed_widths(rel, lo, hi):
             n = self._absorb(rel, name)
             if n == 0:
                 return
@@ -268,8 +272,8 @@ class Maintainer:
                 SELECT n.vid, n.mid, n.ids, CASE WHEN c.vis THEN 0 ELSE 1 END, {self.seq} FROM {_t(name)} n
                 LEFT JOIN _crr.cl c ON c.id = n.mid""")
 
-    def _mixed_widths(self, rel: Relation, newm: str) -> bool:
-        lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(newm)}").fetchall()[0]
+    def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
+        """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
         if rel.name not in self.widths:
             old = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
             self.widths[rel.name] = (old[0] or lo, old[1] or hi)
@@ -277,6 +281,14 @@ class Maintainer:
         lo, hi = min(lo, olo), max(hi, ohi)
         self.widths[rel.name] = (lo, hi)
         return lo < hi
+
+    def _build_index(self, rel: Relation) -> None:
+        """Start the id -> monomial index of a relation whose monomials so far all had one id."""
+        self.x(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
+        self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {rel.aug('m')}")
+        self.x("UPDATE _crr.relations SET indexed = true WHERE name = ?", [rel.name])
+        rel.indexed = True
+        self.newly_indexed.append(rel)
 
     def _absorb(self, rel: Relation, newm: str) -> int:
         """Apply ``p + p.q = p`` between the new monomials and the existing ones of the same tuples."""

@@ -267,7 +267,7 @@ class Site:
                 type_family(c.type)
             rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                            key=stmt.key if stmt.kind == "replicated" else [],
-                           not_null=[c.name for c in stmt.columns if c.not_null])
+                           not_null=[c.name for c in stmt.columns if c.not_null], indexed=False)
             self._add_relation(rel)
         self._rels[rel.name] = rel
         return []
@@ -298,10 +298,11 @@ class Site:
         columns = [Column(n, t) for n, t in plan.columns]
         for c in columns:
             type_family(c.type)
-        width = plan.width(lambda r: 1 if self._rels[r].is_base else
-                           (1 if not self._rels[r].indexed else None))
+        # Monomials of a join of replicated tables have a known length; views over remote tables or
+        # views start without the id index and build it when a longer monomial first arrives.
+        width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind="view", columns=columns, definition=stmt.sql, plan=plan,
-                       indexed=width != 1)
+                       indexed=width is not None and width > 1)
         with self._transaction():
             self._add_relation(rel)
             self._rels[rel.name] = rel
@@ -457,6 +458,11 @@ class Site:
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
         try:
             result = m.apply(batch, [n for n, r in self._rels.items() if r.kind == "view"])
+        except BaseException:
+            for rel in m.newly_indexed:
+                rel.indexed = False
+            self._widths.clear()
+            raise
         finally:
             m.cleanup()
         if result.changed:
