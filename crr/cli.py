@@ -14,11 +14,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="replay the paper's Figure 1 / Table 1 scenario with six sites")
     demo.add_argument("--dir", help="folder for the six DuckDB files (default: a temporary folder)")
+    try:
+        from experiments.cli import add_parser as add_bench
+    except ImportError:  # the bench extras (rich, matplotlib) are not installed
+        add_bench = None
+    if add_bench is not None:
+        add_bench(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
             from crr.demo import run
             run(args.dir)
+        elif args.command == "bench":
+            from experiments.cli import run as bench
+            return bench(args)
     except CrrError as e:
         print(f"crr: error: {e}", file=sys.stderr)
         return 1

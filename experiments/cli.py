@@ -1,0 +1,124 @@
+"""``crr bench``: the benchmark command line (subcommands paper, writes, merge, recompute, spark)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from experiments import report
+
+QUICK = {
+    "paper": dict(sizes="2000,4000", batch=1000, repeat=2),
+    "writes": dict(ops=50),
+    "merge": dict(sizes="1000,10000", repeat=2),
+    "recompute": dict(base=50000, deltas="1,100,1000", repeat=2),
+    "spark": dict(sizes="20000", batch=10000, repeat=1),
+}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``crr bench`` and its subcommands."""
+    bench = sub.add_parser("bench", help="benchmarks: crr against Gupta counting and recomputation")
+    bs = bench.add_subparsers(dest="bench", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--quick", action="store_true", help="small sizes: finishes in under a minute")
+        p.add_argument("--json", metavar="FILE", help="write raw results as JSON")
+        p.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
+
+    p = bs.add_parser("paper", help="the paper's four experiments (section 9) vs Gupta counting on DuckDB")
+    p.add_argument("--sizes", default="10000,20000,30000,40000,50000,60000,70000,80000,90000,100000")
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--repeat", type=int, default=10)
+    common(p)
+    p = bs.add_parser("writes", help="single-row INSERT/UPDATE/DELETE latency vs plain DuckDB")
+    p.add_argument("--ops", type=int, default=500)
+    common(p)
+    p = bs.add_parser("merge", help="merge throughput of 1k/10k/100k-change changesets (replica + two views)")
+    p.add_argument("--sizes", default="1000,10000,100000")
+    p.add_argument("--repeat", type=int, default=5)
+    common(p)
+    p = bs.add_parser("recompute", help="incremental maintenance vs full recomputation of a join view")
+    p.add_argument("--base", type=int, default=1_000_000)
+    p.add_argument("--deltas", default="1,100,1000,10000,100000")
+    p.add_argument("--repeat", type=int, default=3)
+    common(p)
+    p = bs.add_parser("spark", help="the paper's experiments scaled up, with Gupta counting on PySpark")
+    p.add_argument("--sizes", default="1000000")
+    p.add_argument("--batch", type=int, default=100000)
+    p.add_argument("--repeat", type=int, default=3)
+    common(p)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in str(text).split(",") if x.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``crr bench`` subcommand."""
+    name = args.bench
+    if args.quick:
+        for k, v in QUICK[name].items():
+            setattr(args, k, v)
+    params = {k: v for k, v in vars(args).items() if k not in ("command", "bench", "json", "plot")}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=report.console, transient=True) as progress:
+        task = progress.add_task(f"crr bench {name}", total=None)
+        say = lambda text: progress.update(task, description=f"crr bench {name}: {text}")  # noqa: E731
+        records, plots = _dispatch(name, args, say)
+    if args.json:
+        report.write_json(args.json, f"bench {name}", params, records)
+        report.console.print(f"raw results written to {args.json}")
+    if args.plot:
+        for path in plots(args.plot):
+            report.console.print(f"plot written to {path}")
+    return 0
+
+
+def _dispatch(name: str, args: argparse.Namespace, say):
+    if name == "paper":
+        from experiments import paper
+        records = paper.run(_ints(args.sizes), args.batch, args.repeat, say)
+        report.paper_table(records)
+        return records, lambda d: report.paper_plots(records, d)
+    if name == "spark":
+        from experiments import paper
+        from experiments.gupta_spark import stop_spark
+        try:
+            records = paper.run(_ints(args.sizes), args.batch, args.repeat, say,
+                                algorithms=("crr", "gupta-duckdb", "gupta-spark"))
+        finally:
+            stop_spark()
+        report.paper_table(records, baseline="gupta-spark")
+        return records, lambda d: report.paper_plots(records, d)
+    if name == "writes":
+        from experiments import writes
+        records = writes.run(args.ops, say)
+        report.simple_table("single-row writes, file-backed (seconds)", records,
+                            [("statement", "experiment"), ("side", "algorithm"), ("p50", "p50"), ("p99", "p99")])
+        by = {(r["experiment"], r["algorithm"]): r for r in records}
+        for kind in ("insert", "update", "delete"):
+            plain = by[(f"write-{kind}", "plain-duckdb")]["p50"]
+            report.console.print(f"{kind}: crr/plain p50 ratio keyed "
+                                 f"{by[(f'write-{kind}', 'crr (keyed)')]['p50'] / plain:.1f}, unkeyed "
+                                 f"{by[(f'write-{kind}', 'crr (unkeyed)')]['p50'] / plain:.1f}")
+        return records, lambda d: []
+    if name == "merge":
+        from experiments import merge
+        records = merge.run(_ints(args.sizes), args.repeat, say)
+        report.simple_table("merge of one changeset into replica + pi_BC + join view", records,
+                            [("changes", "n"), ("median s", "seconds"), ("rows/s", "rows_per_second"),
+                             ("bytes", "changeset_bytes")])
+        return records, lambda d: [report.xy_plot(records, d, "merge", "changes per changeset")]
+    if name == "recompute":
+        from experiments import recompute
+        records = recompute.run(args.base, _ints(args.deltas), args.repeat, say)
+        report.simple_table(f"join view over {args.base} rows: maintenance vs recomputation (median s)", records,
+                            [("delta rows", "n"), ("algorithm", "algorithm"), ("seconds", "seconds")])
+        by = {(r["n"], r["algorithm"]): r["seconds"] for r in records}
+        for n in _ints(args.deltas):
+            report.console.print(f"delta {n}: recompute / crr = {by[(n, 'recompute-duckdb')] / by[(n, 'crr')]:.1f}x")
+        return records, lambda d: [report.xy_plot(records, d, "recompute", "delta rows")]
+    raise ValueError(name)  # pragma: no cover - argparse restricts the choices
+

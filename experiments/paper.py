@@ -1,0 +1,135 @@
+"""``crr bench paper``: the paper's four experiments (section 9), crr against Gupta counting.
+
+For each view (pi_BC R1, and R1 join R2 with |R2| = 1000) a view site receives the stream of a base
+site: first ``max(sizes)`` inserts into R1, then deletes of ``max(sizes)`` of those rows, in batches.
+crr's view site declares R1 and R2 as remote tables and merges the changesets; Gupta's view site
+applies the same rows by counting. Only the view sites' work is timed. The time for N is the time
+to process the first N inserts (or deletes) of the stream; memory is measured (see
+:mod:`experiments.state`) at each N in the first repetition.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from typing import Callable
+
+from crr.site import Site
+from experiments.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from experiments.gupta_duckdb import GuptaDuckDB
+from experiments.state import crr_view_bytes, gupta_view_bytes
+from experiments.streams import paper_streams
+
+Progress = Callable[[str], None]
+
+
+def _crr_site(path: str, view: str, r2_changeset) -> Site:
+    site = Site(path, site_id="view")
+    for stmt in ddl("REMOTE", keyed=False):
+        site.execute(stmt)
+    site.execute(f"CREATE MATERIALIZED VIEW {VIEW_NAMES[view]} AS {VIEWS[view]}")
+    site.merge(r2_changeset)
+    return site
+
+
+class _Crr:
+    """crr view site: remote R1 and R2, the view, merging changesets."""
+
+    def __init__(self, path: str, view: str, streams) -> None:
+        self.site = _crr_site(path, view, streams.r2)
+        self.name = VIEW_NAMES[view]
+
+    def apply(self, batch) -> None:
+        self.site.merge(batch.changeset)
+
+    def state_bytes(self) -> int:
+        return crr_view_bytes(self.site, self.name)
+
+    def rows(self) -> int:
+        return self.site.execute(f"SELECT count(*) FROM {self.name}")[0][0]
+
+    def close(self) -> None:
+        self.site.close()
+
+
+class _GuptaDuckDB:
+    def __init__(self, path: str, view: str, streams) -> None:
+        self.g = GuptaDuckDB(path, view, streams.r2_rows)
+
+    def apply(self, batch) -> None:
+        self.g.apply(batch.rows, batch.sign)
+
+    def state_bytes(self) -> int:
+        return gupta_view_bytes(self.g.con)
+
+    def rows(self) -> int:
+        return self.g.rows()
+
+    def close(self) -> None:
+        self.g.close()
+
+
+class _GuptaSpark:
+    def __init__(self, path: str, view: str, streams) -> None:
+        from experiments.gupta_spark import GuptaSpark
+        self.g = GuptaSpark(view, streams.r2_rows)
+
+    def apply(self, batch) -> None:
+        self.g.apply(batch.rows, batch.sign)
+
+    def state_bytes(self) -> int:
+        return self.g.state_bytes()
+
+    def rows(self) -> int:
+        return self.g.rows()
+
+    def close(self) -> None:
+        pass
+
+
+ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSpark}
+
+
+def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s: None,
+        views: tuple[str, ...] = ("project", "join"),
+        algorithms: tuple[str, ...] = ("crr", "gupta-duckdb")) -> list[dict]:
+    """Run the experiments; return one record per (experiment, n, algorithm)."""
+    total = max(sizes)
+    r1, r2 = r1_rows(total), r2_rows()
+    progress(f"generating streams: {total} inserts and {total} deletes in batches of {batch}")
+    streams = paper_streams(r1, r2, batch, total)
+    checkpoints = sorted(set(sizes))
+    times: dict[tuple, list[float]] = {}
+    state: dict[tuple, int] = {}
+    rows: dict[tuple, int] = {}
+    with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
+        for rep in range(repeat):
+            for view in views:
+                for algo in algorithms:
+                    progress(f"repetition {rep + 1}/{repeat}: {view} view, {algo}")
+                    site = ALGORITHMS[algo](os.path.join(folder, f"{algo}-{view}-{rep}.duckdb"), view, streams)
+                    for phase, batches in (("insert", streams.inserts), ("delete", streams.deletes)):
+                        elapsed, done = 0.0, 0
+                        for b in batches:
+                            t0 = time.perf_counter()
+                            site.apply(b)
+                            elapsed += time.perf_counter() - t0
+                            done += b.rows.num_rows
+                            if done in checkpoints:
+                                key = (f"{view}-{phase}", done, algo)
+                                times.setdefault(key, []).append(elapsed)
+                                if rep == 0:
+                                    state[key] = site.state_bytes()
+                                    rows[key] = site.rows()
+                    site.close()
+    records = []
+    for (experiment, n, algo), ts in sorted(times.items()):
+        records.append({
+            "experiment": experiment, "n": n, "batch": batch, "algorithm": algo,
+            "seconds": statistics.median(ts), "seconds_min": min(ts), "seconds_max": max(ts),
+            "seconds_all": ts, "state_bytes": state[(experiment, n, algo)],
+            "view_rows": rows[(experiment, n, algo)],
+        })
+    return records
