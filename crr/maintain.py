@@ -44,7 +44,7 @@ class Batch:
 
     cl: str | None = None
     base: dict[str, str] = field(default_factory=dict)
-    derived: dict[str, tuple[str, str]] = field(default_factory=dict)
+    derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     cl_relation: str | None = None  # set when every causal-length entry is of this one relation
     cl_keyed: bool | None = None  # whether those entries carry key hashes, when known
 
@@ -108,6 +108,7 @@ class Maintainer:
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()
         self.newly_indexed: list[Relation] = []  # to undo in memory if the transaction rolls back
+        self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self._temps: list[str] = []
 
     # -- helpers -------------------------------------------------------------------------------
@@ -173,10 +174,13 @@ class Maintainer:
         if changed == 0:
             self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
             return
+        # Unkeyed entries are visible iff their length is odd: set that in the same MERGE. Keyed
+        # entries keep their old flag here; the key-wide recomputation below sets it.
         self.x(f"""MERGE INTO _crr.cl AS c USING {_t('_crr_dcl')} AS d ON c.id = d.id
-                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq}
+                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq},
+                        vis = CASE WHEN d.kh IS NULL THEN d.cl % 2 = 1 ELSE c.vis END
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
-                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, false, {self.seq})""")
+                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, d.kh IS NULL AND d.cl % 2 = 1, {self.seq})""")
         keyed = batch.cl_keyed
         if keyed is None:
             keyed = self.con.execute(f"SELECT count(*) FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
@@ -188,7 +192,9 @@ class Maintainer:
         source = f"{unkeyed_sql} UNION ALL {keyed_sql}" if keyed else unkeyed_sql
         flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
         if flips:
-            self.x(f"UPDATE _crr.cl SET vis = f.vis FROM {_t('_crr_flip')} f WHERE cl.id = f.id")
+            if keyed:
+                self.x(f"""UPDATE _crr.cl SET vis = f.vis FROM {_t('_crr_flip')} f
+                           WHERE cl.id = f.id AND cl.kh IS NOT NULL""")
             self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
                                  {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {_t('_crr_flip')}").fetchall()})
 
@@ -203,12 +209,16 @@ class Maintainer:
             self.counts(rel.name).new_tuples += n
 
     # 3. derived tuples received directly ----------------------------------------------------------
-    def _merge_received(self, rel: Relation, tuples: str, monos: str) -> None:
-        cand = f"_crr_cand_{rel.name}"
-        self.temp(cand, f"""
-            SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
-            FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {_t(monos)}) m
-            JOIN (SELECT DISTINCT ON (vid) * FROM {_t(tuples)}) t ON t.vid = m.vid""")
+    def _merge_received(self, rel: Relation, tuples: str, monos: str | None) -> None:
+        """Add a changeset's tuples and monomials of a view or remote table (``monos`` None: the
+        source holds the relation as a replicated table, each tuple its own single monomial)."""
+        if monos is None:
+            cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {_t(tuples)}"
+            self._add_monomials(rel, cand, dedup=True, width=(1, 1))
+            return
+        cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
+                   FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {_t(monos)}) m
+                   JOIN (SELECT DISTINCT ON (vid) * FROM {_t(tuples)}) t ON t.vid = m.vid"""
         self._add_monomials(rel, cand, dedup=True)
 
     # 4. local views -----------------------------------------------------------------------------
@@ -232,21 +242,42 @@ class Maintainer:
             return
         queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
         union = " UNION ALL ".join(f"({q})" for q in queries)
-        cand = f"_crr_cand_{view.name}"
-        self.temp(cand, f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
-                                   {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
-                            FROM ({union}) p""")
+        cand = f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
+                          {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
+                   FROM ({union}) p"""
         single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
-        self._add_monomials(view, cand, dedup=not single_base)
+        self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
 
-    def _add_monomials(self, rel: Relation, cand: str, dedup: bool) -> None:
+    def _input_widths(self, relation: str) -> tuple[int, int] | None:
+        rel = self.rels[relation]
+        return (1, 1) if rel.is_base else self.widths.get(relation)
+
+    def _plan_width(self, view: Relation) -> tuple[int, int] | None:
+        """(min, max) monomial length the view's plans can produce, when the inputs' lengths tell it."""
+        assert view.plan is not None
+        bounds = set()
+        for branch in view.plan.branches:
+            widths = [self._input_widths(o.relation) for o in branch.occurrences]
+            if any(w is None for w in widths):
+                return None
+            lineages = [self.lineage.get(o.relation, {o.relation}) for o in branch.occurrences]
+            disjoint = sum(len(x) for x in lineages) == len(set().union(*lineages))
+            lo = sum(w[0] for w in widths) if disjoint else max(w[0] for w in widths)  # type: ignore[index]
+            bounds.add((lo, sum(w[1] for w in widths)))  # type: ignore[index]
+        lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+        return (lo, hi)
+
+    def _add_monomials(self, rel: Relation, cand: str, dedup: bool, width: tuple[int, int] | None = None) -> None:
+        """Add (``+``) the candidate monomials (SQL: vid, mid, ids, cols) that ``rel`` lacks."""
         name = f"_crr_newm_{rel.name}"
-        source = f"(SELECT DISTINCT ON (vid, mid) * FROM {_t(cand)})" if dedup else _t(cand)
+        source = f"(SELECT DISTINCT ON (vid, mid) * FROM ({cand}))" if dedup else f"({cand})"
         n = self.temp(name, f"""SELECT c.* FROM {source} c
                                 ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid""")
         if n == 0:
             return
-        lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(name)}").fetchall()[0]
+        if width is None or width[0] != width[1]:
+            width = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(name)}").fetchall()[0]
+        lo, hi = width
         if hi > 1 and not rel.indexed:
             self._build_index(rel)
         if self._mixed_widths(rel, lo, hi):
@@ -309,16 +340,13 @@ class Maintainer:
         return self.con.execute(f"SELECT count(*) FROM {_t(newm)}").fetchall()[0][0]
 
     # 5. derived counters and APP patches ------------------------------------------------------
-    def _lineage_flipped(self, rel: Relation, lineage: set[str]) -> bool:
-        return bool(self.flipped_rels & lineage)
-
-    def _refresh_derived(self, rel: Relation, lineage: set[str] | None = None) -> None:
+    def _refresh_derived(self, rel: Relation) -> None:
         dirty_parts = []
         if rel.name in self.new_derived:
             dirty_parts.append(f"SELECT vid FROM {_t(self.new_derived[rel.name])}")
         if rel.name in self.absorbed:
             dirty_parts.append(f"SELECT vid FROM {_t(self.absorbed[rel.name])}")
-        if self.flipped_rels:
+        if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
             fm = f"_crr_fm_{rel.name}"
             if rel.indexed:
                 hits = self.temp(fm, f"""

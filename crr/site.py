@@ -45,6 +45,18 @@ def _translated_errors() -> Iterator[None]:
         raise CrrError(f"DuckDB error: {str(e).strip()}") from None
 
 
+@contextlib.contextmanager
+def _changeset_errors() -> Iterator[None]:
+    """Turn the checks that abort a merge from inside SQL (``error('crr: ...')``) into ChangesetError."""
+    try:
+        yield
+    except duckdb.Error as e:
+        text = str(e)
+        if "crr: " in text:
+            raise ChangesetError("malformed changeset: " + text.split("crr: ", 1)[1].strip()) from None
+        raise
+
+
 class MergeResult(dict):
     """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
 
@@ -456,6 +468,7 @@ class Site:
 
     def _apply(self, batch: Batch) -> BatchResult:
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
+        m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
         try:
             result = m.apply(batch, [n for n, r in self._rels.items() if r.kind == "view"])
         except BaseException:
@@ -533,7 +546,7 @@ class Site:
         con = self._con
         registered: list[str] = []
         try:
-            with self._transaction():
+            with self._transaction(), _changeset_errors():
                 batch = Batch()
                 lineage: set[str] = set()
                 for i, (rel, rc) in enumerate(held):
@@ -542,50 +555,56 @@ class Site:
                         rel.lineage |= set(rc.lineage)
                         con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
                                     [relation_row(rel, 0)[6], rel.name])
+                    idcol = "id" if rc.kind == "base" else "vid"
+                    # the ids must be the hashes of the values: checked while loading (error() aborts)
+                    check = (f"CASE WHEN {idcol} IS NOT DISTINCT FROM {tuple_id_sql(rc.name, rel.columns)} "
+                             f"THEN {idcol} ELSE error('crr: tuple ids of {rc.name} do not match their values; "
+                             f"the changeset is corrupt or forged') END")
+                    as_id = "id" if rel.is_base else "vid"
                     tuples = self._load(f"_crr_in_t{i}", rc.tuples, registered,
-                                        [("id" if rc.kind == "base" else "vid", "UHUGEINT")] + list(rc.columns), rc.name)
-                    self._verify_ids(rel, rc, tuples)
+                                        [(idcol, "UHUGEINT")] + list(rc.columns), rc.name,
+                                        f"{check} AS {as_id}, {cols_sql(rel)}")
                     if rel.is_base:
                         batch.base[rel.name] = tuples
                     elif rc.kind == "base":
-                        monos = f"_crr_in_m{i}"
-                        con.execute(f"CREATE OR REPLACE TEMP TABLE {monos} AS SELECT id AS vid, [id] AS ids FROM {_t(tuples)}")
-                        con.execute(f"ALTER TABLE {_t(tuples)} RENAME COLUMN id TO vid")
-                        batch.derived[rel.name] = (tuples, monos)
+                        batch.derived[rel.name] = (tuples, None)
                     else:
                         if rc.monos is None:
                             raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
                         monos = self._load(f"_crr_in_m{i}", rc.monos, registered,
-                                           [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name)
+                                           [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
+                                           "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
+                                           "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
                         orphans = con.execute(f"""SELECT count(*) FROM {_t(monos)} m ANTI JOIN {_t(tuples)} t
                                                   ON t.vid = m.vid""").fetchall()[0][0]
-                        bad = con.execute(f"SELECT count(*) FROM {_t(monos)} WHERE ids IS NULL OR len(ids) = 0 "
-                                          "OR list_contains(ids, NULL)").fetchall()[0][0]
-                        if orphans or bad:
-                            raise ChangesetError(f"malformed changeset: relation {rc.name} has monomials without "
-                                                 "tuples or without ids")
+                        if orphans:
+                            raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "
+                                                 "without their tuples")
                         batch.derived[rel.name] = (tuples, monos)
-                if cs.cl is not None and held:
+                if cs.cl is not None and cs.cl.num_rows and held:
                     interest = set(lineage)
-                    for name, r in self._rels.items():
+                    for name in self._rels:
                         interest |= self.lineage(name)
+                    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
                     cl = self._load("_crr_in_cl", cs.cl, registered,
                                     [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
-                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-                    bad = con.execute(f"SELECT count(*) FROM {_t(cl)} WHERE id IS NULL OR rel IS NULL OR cl IS NULL "
-                                      "OR cl < 1").fetchall()[0][0]
-                    if bad:
-                        raise ChangesetError(f"malformed changeset: {bad} causal-length entries lack an id, "
-                                             "relation or positive length")
-                    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
-                    con.execute(f"DELETE FROM {_t(cl)} WHERE rel NOT IN ({rels})")
-                    max_stamp = con.execute(f"SELECT max(stamp) FROM {_t(cl)}").fetchall()[0][0]
-                    self._clock.observe(max_stamp)
-                    batch.cl = cl
+                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths",
+                                    "id, rel, CASE WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN "
+                                    "error('crr: causal-length entries need an id, a relation and a length >= 1') "
+                                    "ELSE cl END AS cl, kh, stamp", f"WHERE rel IN ({rels})")
+                    keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
+                    if keyed:
+                        self._clock.observe(con.execute(f"SELECT max(stamp) FROM {_t(cl)}").fetchall()[0][0])
+                    names = cs.cl.column("rel").unique().to_pylist()
+                    batch.cl, batch.cl_keyed = cl, keyed
+                    batch.cl_relation = names[0] if len(names) == 1 else None
                 result = self._apply(batch) if held else BatchResult()
         finally:
             for name in registered:
-                con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
+                if name.endswith("_arrow"):
+                    con.unregister(name)
+                else:
+                    con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
         return MergeResult(result, ignored)
 
     def _check_schema(self, rel: Relation, rc: RelationChanges) -> None:
@@ -606,25 +625,15 @@ class Site:
                 f"declares {rel.schema_text()}; the primary keys differ")
 
     def _load(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
-              what: str) -> str:
+              what: str, select: str = "*", where: str = "") -> str:
         """Copy an Arrow table into a temp table after checking its column names and types."""
         con = self._con
         view = f"{name}_arrow"
         con.register(view, table)
-        try:
-            got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
-            if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
-                raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {view}")
-            registered.append(name)
-        finally:
-            con.unregister(view)
+        registered.append(view)  # unregistered by the caller once the transaction has ended
+        got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
+        if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
+            raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view} {where}")
+        registered.append(name)
         return name
-
-    def _verify_ids(self, rel: Relation, rc: RelationChanges, tuples: str) -> None:
-        idcol = "id" if rc.kind == "base" else "vid"
-        bad = self._con.execute(f"""SELECT count(*) FROM {_t(tuples)} w
-            WHERE w.{idcol} IS NULL OR w.{idcol} <> {tuple_id_sql(rc.name, rel.columns, 'w')}""").fetchall()[0][0]
-        if bad:
-            raise ChangesetError(f"malformed changeset: {bad} tuple(s) of {rc.name} carry ids that do not match "
-                                 "their values; the changeset is corrupt or forged")
