@@ -93,6 +93,22 @@ def null_safe_match(rel: Relation, left: str, right: str) -> str:
                         for c in rel.column_names)
 
 
+def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
+    """Apply membership changes to an APP table in one MERGE; return (inserted, deleted).
+
+    ``changes_sql`` yields the relation's columns plus ``keep`` (true: the row is now present,
+    false: it is gone). APP tables are sets, so rows match on all columns, NULLs equal.
+    """
+    cols = cols_sql(rel)
+    actions = con.execute(f"""MERGE INTO {rel.app} AS app USING ({changes_sql}) AS d
+        ON {null_safe_match(rel, 'app', 'd')}
+        WHEN MATCHED AND NOT d.keep THEN DELETE
+        WHEN NOT MATCHED AND d.keep THEN INSERT ({cols}) VALUES ({cols_sql(rel, 'd')})
+        RETURNING merge_action""").fetchall()
+    deleted = sum(1 for (a,) in actions if a == "DELETE")
+    return len(actions) - deleted, deleted
+
+
 class Maintainer:
     """Runs one batch against a site's relations. One instance per transaction."""
 
@@ -132,9 +148,11 @@ class Maintainer:
         """The counts record of a relation."""
         return self.result.relations.setdefault(rel, RelationCounts())
 
-    def cleanup(self) -> None:
-        """Drop the temp tables this batch created."""
-        if self._temps:
+    def cleanup(self, force: bool = False) -> None:
+        """Drop the temp tables of a large batch (a small one's are replaced by the next batch)."""
+        r = self.result
+        size = r.cl_changed + sum(c.new_tuples + c.new_monomials for c in r.relations.values())
+        if self._temps and (force or size > 10_000):
             self.con.execute("; ".join(f"DROP TABLE IF EXISTS {_t(name)}" for name in self._temps))
         self._temps.clear()
 
@@ -367,7 +385,7 @@ class Maintainer:
             return
         alive = f"_crr_alive_{rel.name}"
         n = self.temp(alive, f"""
-            WITH d AS ({' UNION '.join(dirty_parts)})
+            WITH d AS (SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty_parts)}))
             SELECT t.vid, t.nalive AS old, coalesce(a.n, 0) AS new
             FROM {rel.aug('t')} t JOIN d ON d.vid = t.vid
             LEFT JOIN (SELECT m.vid, count(*) FILTER (WHERE m.nbad = 0) AS n FROM {rel.aug('m')} m
@@ -376,30 +394,27 @@ class Maintainer:
         if n == 0:
             return
         self.x(f"UPDATE {rel.aug('t')} AS t SET nalive = a.new FROM {_t(alive)} a WHERE t.vid = a.vid")
+        ins, dele = patch_app(self.con, rel, f"""
+            SELECT {cols_sql(rel, 't')}, a.new > 0 AS keep FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
+            WHERE (coalesce(a.old, 0) > 0) <> (a.new > 0)""")
         counts = self.counts(rel.name)
-        counts.deleted += self.x(f"""DELETE FROM {rel.app} AS app USING (
-                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
-                WHERE a.old > 0 AND a.new = 0) d WHERE {null_safe_match(rel, 'app', 'd')}""")
-        counts.inserted += self.x(f"""INSERT INTO {rel.app}
-                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
-                WHERE coalesce(a.old, 0) = 0 AND a.new > 0""")
+        counts.inserted += ins
+        counts.deleted += dele
 
     def _patch_base(self, rel: Relation) -> None:
         flipped = rel.name in self.flipped_rels
         new = self.new_base.get(rel.name)
         if not flipped and new is None:
             return
-        counts = self.counts(rel.name)
         flip_rows = f"SELECT id, vis FROM {_t('_crr_flip')} WHERE rel = {quote_str(rel.name)}"
+        parts = []
         if flipped:
-            counts.deleted += self.x(f"""DELETE FROM {rel.app} AS app USING (
-                    SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t JOIN ({flip_rows}) f ON f.id = t.id
-                    WHERE NOT f.vis) d WHERE {null_safe_match(rel, 'app', 'd')}""")
-        adds = []
-        if flipped:
-            adds.append(f"SELECT id FROM ({flip_rows}) WHERE vis")
-        if new is not None:
-            adds.append(f"SELECT n.id FROM {_t(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
-        counts.inserted += self.x(f"""INSERT INTO {rel.app}
-                SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t
-                JOIN ({' UNION '.join(adds)}) a ON a.id = t.id""")
+            parts.append(flip_rows)
+        if new is not None:  # new tuples already visible (their entries may have come earlier)
+            parts.append(f"SELECT n.id, true AS vis FROM {_t(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+        ins, dele = patch_app(self.con, rel, f"""
+            SELECT DISTINCT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t
+            JOIN ({' UNION '.join(parts)}) f ON f.id = t.id""")
+        counts = self.counts(rel.name)
+        counts.inserted += ins
+        counts.deleted += dele

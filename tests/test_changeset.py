@@ -134,3 +134,20 @@ def test_views_replicate_to_other_sites():
     e.merge(a.changes(relations=["w"]))  # the deletion travels as a causal-length entry of t
     assert app(e, "w") == [("y",)]
     assert e.lineage("w") == {"t"}
+
+
+def test_tuple_with_several_new_derivations_appears_once():
+    """A view tuple gaining several derivations in one merge, with no visibility flip in that merge
+    (the causal lengths arrived earlier through another relation's stream), shows up once."""
+    base = crr.Site(site_id="base")
+    base.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    base.execute("CREATE MATERIALIZED VIEW pb AS SELECT b FROM r")
+    base.execute("INSERT INTO r VALUES (1, 7), (2, 7), (3, 7)")
+    viewer = crr.Site(site_id="viewer")
+    viewer.execute("CREATE REMOTE TABLE pb (b INT)")
+    viewer.execute("CREATE REMOTE TABLE r (a INT, b INT)")
+    viewer.execute("CREATE MATERIALIZED VIEW q AS SELECT b FROM r")
+    viewer.merge(base.changes(relations=["pb"]))  # brings r's causal lengths first
+    viewer.merge(base.changes(relations=["r"]))  # then three derivations of q's <7> at once
+    assert viewer.execute("SELECT * FROM q") == [(7,)]
+    assert viewer.execute("SELECT * FROM pb") == [(7,)]
