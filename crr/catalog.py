@@ -9,6 +9,8 @@ Storage layout of one site (all inside one DuckDB file):
 * ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns.
 * ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock.
 * ``_crr.relations`` -- this catalog.
+* ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
+  (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
   site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
 * ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View or remote table:
@@ -95,6 +97,8 @@ CATALOG_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
         name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
         definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER)""",
+    f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
+        peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
         id UHUGEINT, rel VARCHAR, cl INTEGER, kh UHUGEINT, stamp UHUGEINT, vis BOOLEAN, seq BIGINT)""",
 ]

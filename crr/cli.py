@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         add_bench = None
     if add_bench is not None:
         add_bench(sub)
+    from sync.commands import add_parsers as add_sync
+    add_sync(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "bench":
             from experiments.cli import run as bench
             return bench(args)
+        else:
+            from sync.commands import run as sync_command
+            return sync_command(args)
     except CrrError as e:
         print(f"crr: error: {e}", file=sys.stderr)
         return 1

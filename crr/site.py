@@ -525,11 +525,13 @@ class Site:
                              WHERE seq > {since} AND rel IN ({rels})""").to_arrow_table()
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
 
-    def merge(self, changeset: Changeset | bytes) -> MergeResult:
+    def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> MergeResult:
         """Merge a changeset (or its bytes): atomic, idempotent and commutative.
 
         Relations this site does not hold are ignored; a relation whose schema differs from the
         local declaration makes the whole merge fail with SchemaMismatchError, changing nothing.
+        With ``track=True`` the changeset's source cursor is recorded per (source site, relation)
+        in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped.
         """
         self._check_open()
         cs = changeset if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
@@ -599,6 +601,11 @@ class Site:
                     batch.cl, batch.cl_keyed = cl, keyed
                     batch.cl_relation = names[0] if len(names) == 1 else None
                 result = self._apply(batch) if held else BatchResult()
+                if track:
+                    con.executemany(f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
+                        ON CONFLICT (peer, relation) DO UPDATE
+                        SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated""",
+                                    [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
         finally:
             for name in registered:
                 if name.endswith("_arrow"):
@@ -606,6 +613,19 @@ class Site:
                 else:
                     con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
         return MergeResult(result, ignored)
+
+    def peer_cursor(self, peer: str, relation: str) -> int:
+        """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
+        self._check_open()
+        rows = self._con.execute(f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?",
+                                 [peer, relation.lower()]).fetchall()
+        return int(rows[0][0]) if rows else 0
+
+    def peer_cursors(self) -> list[tuple[str, str, int, Any]]:
+        """All tracked cursors: (peer, relation, cursor, last update time)."""
+        self._check_open()
+        return self._con.execute(f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors "
+                                 "ORDER BY peer, relation").fetchall()
 
     def _check_schema(self, rel: Relation, rc: RelationChanges) -> None:
         local = [(c.name, c.type) for c in rel.columns]

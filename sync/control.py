@@ -1,0 +1,69 @@
+"""Client of a running ``crr serve``'s local control channel (a Unix socket next to the database).
+
+DuckDB lets one process open a file for writing, so while ``crr serve`` holds a site, ``crr sql`` and
+``crr status`` send their requests to it through ``<db>.sock``; the socket is private to its owner
+(mode 0600) and the client must also prove it knows the deployment secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from crr.errors import CrrError
+from sync import crypto
+from sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
+
+
+def socket_path(db: str) -> str:
+    """Where ``crr serve --db db`` listens for local control."""
+    return os.path.abspath(db) + ".sock"
+
+
+def server_running(db: str) -> bool:
+    """Whether a ``crr serve`` for this database answers on its control socket."""
+    path = socket_path(db)
+    if not os.path.exists(path):
+        return False
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
+    reader, writer = await asyncio.open_unix_connection(path)
+    try:
+        mine = crypto.nonce()
+        writer.write(frame(encode({"t": "hello", "v": PROTOCOL_VERSION, "site": "control", "nonce": mine})))
+        hello = decode(await read_frame(reader))
+        if hello["t"] == "error":
+            raise ProtocolError(f"server refused: {hello.get('message')}")
+        theirs, site = hello["nonce"], hello["site"]
+        crypto.check_proof(crypto.proof(secret, "server", theirs, mine, site), hello.get("proof"))
+        writer.write(frame(encode({"t": "auth", "proof": crypto.proof(secret, "client", mine, theirs, "control")})))
+        channel = crypto.Channel(secret, mine, theirs, is_client=True)
+        writer.write(frame(channel.seal(encode(message))))
+        await writer.drain()
+        body = await read_frame(reader)
+        if not body:
+            raise ProtocolError("the server closed the control connection")
+        return decode(channel.open(body))
+    except EOFError:
+        raise crypto.AuthError("the server closed the control connection (wrong secret?)") from None
+    finally:
+        writer.close()
+
+
+def request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
+    """Send one control request to the server holding ``db`` and return its answer."""
+    answer = asyncio.run(_request(socket_path(db), secret, message))
+    if answer.get("t") == "error":
+        raise CrrError(f"{answer.get('kind', 'error')}: {answer.get('message')}")
+    return answer

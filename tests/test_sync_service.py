@@ -1,0 +1,169 @@
+"""The sync service in-process: convergence, notices, authentication, authorisation, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+import crr
+from sync.protocol import frame, encode
+from sync.service import SyncService
+
+SECRET = b"s" * 32
+
+
+def wait_for(predicate, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _site(tmp_path, name, ddl=("CREATE REPLICATED TABLE r (a INT, b VARCHAR)",)):
+    s = crr.Site(str(tmp_path / f"{name}.duckdb"), site_id=name)
+    for stmt in ddl:
+        s.execute(stmt)
+    return s
+
+
+def rows(service, sql):
+    return service.call(lambda: service.site.execute(sql))
+
+
+def test_two_sites_converge_and_views_follow(tmp_path):
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    v = _site(tmp_path, "v", ("CREATE REMOTE TABLE r (a INT, b VARCHAR)",
+                              "CREATE MATERIALIZED VIEW w AS SELECT b FROM r WHERE a > 0"))
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
+    sv = SyncService(v, SECRET, listen=("127.0.0.1", 0), peers=[sb.address]).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x'), (2, 'y')")
+        sb.execute("INSERT INTO r VALUES (3, 'z')")
+        assert wait_for(lambda: rows(sb, "SELECT count(*) FROM r") == [(3,)])
+        sb.execute("DELETE FROM r WHERE a = 2")  # b deletes a row it got from a
+        expected = [(1, "x"), (3, "z")]
+        assert wait_for(lambda: rows(sa, "SELECT * FROM r ORDER BY a") == expected)
+        assert wait_for(lambda: rows(sb, "SELECT * FROM r ORDER BY a") == expected)
+        assert wait_for(lambda: rows(sv, "SELECT * FROM w ORDER BY b") == [("x",), ("z",)])
+        status = sb.status()
+        assert {p["site"] for p in status["peers"]} == {"a", "v"}
+        assert all(s["behind"] == 0 for p in status["peers"] for s in p["streams"])
+    finally:
+        for s in (sv, sb, sa):
+            s.stop()
+        for s in (a, b, v):
+            s.close()
+
+
+def test_wrong_secret_is_refused_and_changes_nothing(tmp_path):
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, b"x" * 32, listen=("127.0.0.1", 0), peers=[sa.address]).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        assert wait_for(lambda: sa.refused and sb.refused, 10)
+        time.sleep(0.5)
+        assert rows(sb, "SELECT * FROM r") == []
+        assert sa.links == {} and sb.links == {}
+        assert any("secret" in r or "authentication" in r for r in sa.refused + sb.refused)
+    finally:
+        sb.stop()
+        sa.stop()
+        a.close()
+        b.close()
+
+
+def test_peer_may_only_write_allowed_relations(tmp_path):
+    a = _site(tmp_path, "a", ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)"))
+    b = _site(tmp_path, "b", ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)"))
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address], allow={"a": {"q"}}).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        sa.execute("INSERT INTO q VALUES (7)")
+        assert wait_for(lambda: rows(sb, "SELECT * FROM q") == [(7,)])
+        time.sleep(0.5)
+        assert rows(sb, "SELECT * FROM r") == []  # a may not write r at b
+        sb.execute("INSERT INTO r VALUES (2, 'y')")
+        assert wait_for(lambda: rows(sa, "SELECT * FROM r ORDER BY a") == [(1, "x"), (2, "y")])
+    finally:
+        sb.stop()
+        sa.stop()
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("garbage", [
+    b"\x00\x00\x00\x05hello",                       # not msgpack
+    frame(b"\xff" * 10),                           # undecodable body
+    b"\xff\xff\xff\xff",                           # oversized frame header
+    frame(encode({"t": "hello", "v": 99, "site": "x", "nonce": b"n" * 16})),  # wrong version
+    frame(encode({"t": "hello", "v": 1, "site": "x", "nonce": b"n" * 16})) + frame(encode({"t": "auth", "proof": b"0" * 32})),
+])
+def test_garbage_is_refused_and_server_keeps_serving(tmp_path, garbage):
+    a = _site(tmp_path, "a")
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        before = sa.call(lambda: (a.cursor, a.execute("SELECT * FROM r")))
+        with socket.create_connection(sa.address, timeout=5) as s:
+            s.sendall(garbage)
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except (ConnectionResetError, socket.timeout):
+                pass
+        assert wait_for(lambda: len(sa.refused) >= 1, 5)
+        assert sa.call(lambda: (a.cursor, a.execute("SELECT * FROM r"))) == before
+        b = _site(tmp_path, "b")
+        sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
+        try:
+            assert wait_for(lambda: rows(sb, "SELECT * FROM r") == [(1, "x")])
+        finally:
+            sb.stop()
+            b.close()
+    finally:
+        sa.stop()
+        a.close()
+
+
+def test_schema_mismatch_is_logged_and_not_pulled(tmp_path):
+    a = _site(tmp_path, "a")
+    b = _site(tmp_path, "b", ("CREATE REPLICATED TABLE r (a BIGINT, b VARCHAR)",))
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        assert wait_for(lambda: any("another schema" in r for r in sb.refused))
+        assert rows(sb, "SELECT * FROM r") == []
+    finally:
+        sb.stop()
+        sa.stop()
+        a.close()
+        b.close()
+
+
+def test_discovery_on_loopback(tmp_path):
+    from sync.discovery import Discovery
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0)).start()
+    da = Discovery("a", sa.address, sa.add_peer, interfaces=["127.0.0.1"]).start()
+    db = Discovery("b", sb.address, sb.add_peer, interfaces=["127.0.0.1"]).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (5, 'found')")
+        assert wait_for(lambda: rows(sb, "SELECT * FROM r") == [(5, "found")], 30)
+    finally:
+        da.stop()
+        db.stop()
+        sb.stop()
+        sa.stop()
+        a.close()
+        b.close()
