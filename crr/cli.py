@@ -14,6 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="replay the paper's Figure 1 / Table 1 scenario with six sites")
     demo.add_argument("--dir", help="folder for the six DuckDB files (default: a temporary folder)")
+    demo.add_argument("--network", action="store_true",
+                      help="run the six sites as crr serve processes on loopback, cutting and restoring links")
     try:
         from experiments.cli import add_parser as add_bench
     except ImportError:  # the bench extras (rich, matplotlib) are not installed
@@ -24,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     add_sync(sub)
     args = parser.parse_args(argv)
     try:
+        if args.command == "demo" and args.network:
+            from sync.demo import run as network_demo
+            return 0 if network_demo(args.dir) else 1
         if args.command == "demo":
             from crr.demo import run
             run(args.dir)

@@ -14,6 +14,7 @@ QUICK = {
     "merge": dict(sizes="1000,10000", repeat=2),
     "recompute": dict(base=50000, deltas="1,100,1000", repeat=2),
     "spark": dict(sizes="20000", batch=10000, repeat=1),
+    "sync": dict(writes=20, partition_rows=2000),
 }
 
 
@@ -43,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--base", type=int, default=1_000_000)
     p.add_argument("--deltas", default="1,100,1000,10000,100000")
     p.add_argument("--repeat", type=int, default=3)
+    common(p)
+    p = bs.add_parser("sync", help="write-to-peer latency, reconvergence after a partition, bytes on the wire")
+    p.add_argument("--writes", type=int, default=200)
+    p.add_argument("--partition-rows", type=int, default=10000)
     common(p)
     p = bs.add_parser("spark", help="the paper's experiments scaled up, with Gupta counting on PySpark")
     p.add_argument("--sizes", default="1000000")
@@ -120,5 +125,14 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         for n in _ints(args.deltas):
             report.console.print(f"delta {n}: recompute / crr = {by[(n, 'recompute-duckdb')] / by[(n, 'crr')]:.1f}x")
         return records, lambda d: [report.xy_plot(records, d, "recompute", "delta rows")]
+    if name == "sync":
+        from experiments import sync_bench
+        records = sync_bench.run(args.writes, args.partition_rows, say)
+        lat, heal = records
+        report.console.print(f"write visible at the connected peer: median {lat['p50'] * 1e3:.1f} ms, "
+                             f"p99 {lat['p99'] * 1e3:.1f} ms ({lat['n']} writes)")
+        report.console.print(f"reconvergence after a partition of {heal['n']} changes: {heal['seconds']:.2f} s, "
+                             f"{heal['bytes_per_tuple']:.0f} bytes on the wire per changed tuple")
+        return records, lambda d: []
     raise ValueError(name)  # pragma: no cover - argparse restricts the choices
 

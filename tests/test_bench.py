@@ -67,6 +67,13 @@ def test_bench_recompute(tmp_path):
         (n, a) for n in (1, 100, 1000) for a in ("crr", "gupta-duckdb", "recompute-duckdb")}
 
 
+def test_bench_sync(tmp_path):
+    doc = _run(tmp_path, "sync")
+    lat, heal = doc["results"]
+    assert lat["experiment"] == "sync-latency" and lat["p99"] >= lat["p50"] > 0
+    assert heal["experiment"] == "sync-reconverge" and heal["wire_bytes"] > 0 and heal["bytes_per_tuple"] > 0
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="PySpark needs a Java runtime (Java 17 is on CI)")
 def test_bench_spark(tmp_path):
     pytest.importorskip("pyspark")

@@ -18,3 +18,14 @@ def test_demo_runs_and_converges(tmp_path):
 def test_cli_reports_errors_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "crr.cli", "nonsense"], capture_output=True, text=True)
     assert proc.returncode != 0 and "invalid choice" in proc.stderr
+
+
+def test_network_demo_runs_six_processes_and_converges(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "crr.cli", "demo", "--network", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("serving on 127.0.0.1:") == 6
+    assert "All sites converged." in proc.stdout
+    final = proc.stdout.split("Step 3")[1]
+    shown = final.split("converged everywhere")[1]
+    assert "s5.r5    <a1, b1, c1>\n" in shown and "<a3" not in shown
