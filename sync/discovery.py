@@ -41,7 +41,7 @@ class Discovery:
         announce = host if host not in ("0.0.0.0", "") else socket.gethostbyname(socket.gethostname())
         self._info = ServiceInfo(SERVICE, f"{self.site_id}.{SERVICE}", addresses=[socket.inet_aton(announce)],
                                  port=port, properties={"site": self.site_id})
-        self._zc.register_service(self._info)
+        self._zc.register_service(self._info, allow_name_change=True)  # another device may use the name
         ServiceBrowser(self._zc, SERVICE, handlers=[self._changed])
         return self
 

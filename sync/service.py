@@ -207,6 +207,7 @@ class SyncService:
     async def _dial_forever(self, host: str, port: int) -> None:
         delay = 0.2
         while not self._stopping:
+            writer = None
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
                 link = await asyncio.wait_for(self._handshake(reader, writer, True, f"{host}:{port}"), 10)
@@ -216,6 +217,9 @@ class SyncService:
                 log.debug("peer %s:%s unreachable: %s", host, port, e)
             except CrrError as e:
                 self._refuse(f"{host}:{port}: {e}")
+            finally:
+                if writer is not None:
+                    writer.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -257,7 +261,11 @@ class SyncService:
             if hello["t"] == "error":
                 raise ProtocolError(f"peer refused the connection: {hello.get('message')}")
             theirs, peer = self._check_hello(hello)
-            crypto.check_proof(crypto.proof(self.secret, "server", theirs, mine, peer), hello.get("proof"))
+            try:
+                crypto.check_proof(crypto.proof(self.secret, "server", theirs, mine, peer), hello.get("proof"))
+            except crypto.AuthError:
+                await plain_send({"t": "error", "message": "authentication failed"})
+                raise
             await plain_send({"t": "auth", "proof": crypto.proof(self.secret, "client", mine, theirs, me)})
             channel = crypto.Channel(self.secret, mine, theirs, is_client=True)
         else:
@@ -270,6 +278,8 @@ class SyncService:
             await plain_send({"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine,
                               "proof": crypto.proof(self.secret, "server", mine, theirs, me)})
             auth = await plain_recv()
+            if auth.get("t") == "error":
+                raise crypto.AuthError(f"the peer refused us: {auth.get('message')}")
             try:
                 crypto.check_proof(crypto.proof(self.secret, "client", theirs, mine, peer), auth.get("proof"))
             except crypto.AuthError:
