@@ -14,10 +14,10 @@ Storage layout of one site (all inside one DuckDB file):
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
   site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
 * ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View or remote table:
-  ``(vid, cols..., nalive, seq)`` where ``nalive`` (a cache) counts monomials whose ids are all visible.
-* ``_crr."<r>$m"`` -- monomials of a view or remote table: ``(vid, mid, ids, nbad, seq)``, one row per
-  derivation; ``ids`` is the sorted id list, ``mid`` a hash of it, ``nbad`` (a cache) the number of
-  its ids that are not visible.
+  ``(vid, cols..., seq)``, ``vid`` the hash of the values under the relation's name.
+* ``_crr."<r>$m"`` -- monomials of a view or remote table: ``(vid, mid, ids, seq)``, one row per
+  derivation; ``ids`` is the sorted id list, ``mid`` a hash of it. A tuple is present when one of
+  its monomials has only visible ids; that is evaluated for the tuples a batch touches.
 * ``_crr."<r>$i"`` -- inverted index ``(id, vid, mid)`` from tuple ids to monomials, kept when
   monomials may hold more than one id (joins, remote inputs); width-1 relations use ``$m.mid``.
 """
@@ -128,8 +128,8 @@ def aug_ddl(rel: Relation) -> list[str]:
     if rel.is_base:
         stmts.append(f"CREATE TABLE {rel.aug('t')} (id UHUGEINT, {cols}, seq BIGINT)")
     else:
-        stmts.append(f"CREATE TABLE {rel.aug('t')} (vid UHUGEINT, {cols}, nalive INTEGER, seq BIGINT)")
-        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], nbad INTEGER, seq BIGINT)")
+        stmts.append(f"CREATE TABLE {rel.aug('t')} (vid UHUGEINT, {cols}, seq BIGINT)")
+        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], seq BIGINT)")
         if rel.indexed:
             stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
     return stmts

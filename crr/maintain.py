@@ -16,8 +16,8 @@ Local writes and merges both end here. A batch (:class:`Batch`) names temp table
 4. runs each local view's delta plans, in dependency order, for the inputs that got new tuples or
    monomials, and adds the products to the view (absorbing ``p + p.q = p`` when monomials of
    different lengths may meet);
-5. refreshes the derived counters (``nbad`` per monomial, ``nalive`` per tuple) of the monomials
-   that are new or contain a flipped id, and patches every APP table with the membership changes.
+5. re-evaluates ``in?`` for the tuples whose provenance grew or contains an id whose visibility
+   flipped, and patches every APP table with the result (one idempotent MERGE per relation).
 
 Provenance only grows; nothing here removes a monomial except absorption, which keeps the canonical
 form. Statements touch only the rows of the batch and the rows they join with.
@@ -306,20 +306,11 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.new_monomials += n
         counts.new_tuples += self.x(f"""INSERT INTO {rel.aug('t')}
-            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, 0, {self.seq} FROM {_t(name)} n
+            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, {self.seq} FROM {_t(name)} n
             ANTI JOIN {rel.aug('t')} t ON t.vid = n.vid""")
+        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {self.seq} FROM {_t(name)}")
         if rel.indexed:
-            self.x(f"""INSERT INTO {rel.aug('m')}
-                SELECT n.vid, n.mid, n.ids, coalesce(b.nbad, 0), {self.seq} FROM {_t(name)} n
-                LEFT JOIN (SELECT u.vid, u.mid, count(*) FILTER (WHERE c.vis IS NOT TRUE) AS nbad
-                           FROM (SELECT vid, mid, unnest(ids) AS id FROM {_t(name)}) u
-                           LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid) b
-                  ON b.vid = n.vid AND b.mid = n.mid""")
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {_t(name)}")
-        else:
-            self.x(f"""INSERT INTO {rel.aug('m')}
-                SELECT n.vid, n.mid, n.ids, CASE WHEN c.vis THEN 0 ELSE 1 END, {self.seq} FROM {_t(name)} n
-                LEFT JOIN _crr.cl c ON c.id = n.mid""")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
@@ -359,44 +350,36 @@ class Maintainer:
 
     # 5. derived counters and APP patches ------------------------------------------------------
     def _refresh_derived(self, rel: Relation) -> None:
-        dirty_parts = []
+        """Re-evaluate ``in?`` for the tuples whose provenance grew or holds a flipped id, and patch APP.
+
+        One statement: the dirty tuples' monomials are valued against the visibility cache and the
+        result drives an idempotent MERGE into the APP table (present -> inserted if missing,
+        absent -> deleted if there), so no per-tuple membership state is needed.
+        """
+        dirty = []
         if rel.name in self.new_derived:
-            dirty_parts.append(f"SELECT vid FROM {_t(self.new_derived[rel.name])}")
+            dirty.append(f"SELECT vid FROM {_t(self.new_derived[rel.name])}")
         if rel.name in self.absorbed:
-            dirty_parts.append(f"SELECT vid FROM {_t(self.absorbed[rel.name])}")
+            dirty.append(f"SELECT vid FROM {_t(self.absorbed[rel.name])}")
         if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
-            fm = f"_crr_fm_{rel.name}"
             if rel.indexed:
-                hits = self.temp(fm, f"""
-                    WITH hit AS (SELECT DISTINCT i.vid, i.mid FROM {rel.aug('i')} i
-                                 JOIN {_t('_crr_flip')} f ON f.id = i.id)
-                    SELECT u.vid, u.mid, count(*) FILTER (WHERE c.vis IS NOT TRUE) AS nbad
-                    FROM (SELECT m.vid, m.mid, unnest(m.ids) AS id FROM {rel.aug('m')} m
-                          JOIN hit h ON m.vid = h.vid AND m.mid = h.mid) u
-                    LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid""")
+                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {_t('_crr_flip')} f ON f.id = i.id")
             else:
-                hits = self.temp(fm, f"""SELECT m.vid, m.mid, CASE WHEN f.vis THEN 0 ELSE 1 END AS nbad
-                                         FROM {rel.aug('m')} m JOIN {_t('_crr_flip')} f ON f.id = m.mid""")
-            if hits:
-                self.x(f"""UPDATE {rel.aug('m')} AS m SET nbad = f.nbad FROM {_t(fm)} f
-                           WHERE m.vid = f.vid AND m.mid = f.mid AND m.nbad <> f.nbad""")
-                dirty_parts.append(f"SELECT vid FROM {_t(fm)}")
-        if not dirty_parts:
+                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {_t('_crr_flip')} f ON f.id = m.mid")
+        if not dirty:
             return
-        alive = f"_crr_alive_{rel.name}"
-        n = self.temp(alive, f"""
-            WITH d AS (SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty_parts)}))
-            SELECT t.vid, t.nalive AS old, coalesce(a.n, 0) AS new
-            FROM {rel.aug('t')} t JOIN d ON d.vid = t.vid
-            LEFT JOIN (SELECT m.vid, count(*) FILTER (WHERE m.nbad = 0) AS n FROM {rel.aug('m')} m
-                       WHERE m.vid IN (SELECT vid FROM d) GROUP BY m.vid) a ON a.vid = t.vid
-            WHERE t.nalive IS DISTINCT FROM coalesce(a.n, 0)""")
-        if n == 0:
-            return
-        self.x(f"UPDATE {rel.aug('t')} AS t SET nalive = a.new FROM {_t(alive)} a WHERE t.vid = a.vid")
+        d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
+        if rel.indexed:  # a monomial is alive when all its ids are visible
+            alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok
+                        FROM (SELECT m.vid, m.mid, unnest(m.ids) AS id FROM {rel.aug('m')} m
+                              JOIN {d} d ON d.vid = m.vid) u
+                        LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid"""
+        else:  # one id per monomial: mid is that id
+            alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok FROM {rel.aug('m')} m
+                        JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
         ins, dele = patch_app(self.con, rel, f"""
-            SELECT {cols_sql(rel, 't')}, a.new > 0 AS keep FROM {rel.aug('t')} t JOIN {_t(alive)} a ON a.vid = t.vid
-            WHERE (coalesce(a.old, 0) > 0) <> (a.new > 0)""")
+            SELECT {cols_sql(rel, 't')}, a.keep FROM {rel.aug('t')} t
+            JOIN (SELECT vid, bool_or(ok) AS keep FROM ({alive}) GROUP BY vid) a ON a.vid = t.vid""")
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele
