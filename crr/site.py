@@ -88,6 +88,7 @@ class Site:
         self._rels: dict[str, Relation] = {}
         self._widths: dict[str, tuple[int, int]] = {}
         self._parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
+        self._accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
         self._rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries
         self._closed = False
         try:
@@ -462,8 +463,7 @@ class Site:
         return data.num_rows
 
     def _write(self, rel: Relation, old: str | None, new: str | None) -> BatchResult:
-        stamp = self._clock.tick() if rel.key else 0
-        batch = prepare_write(self._con, rel, old, new, stamp)
+        batch = prepare_write(self._con, rel, old, new, self._clock)
         return self._apply(batch)
 
     def _apply(self, batch: Batch) -> BatchResult:
@@ -595,8 +595,6 @@ class Site:
                                     "error('crr: causal-length entries need an id, a relation and a length >= 1') "
                                     "ELSE cl END AS cl, kh, stamp", f"WHERE rel IN ({rels})")
                     keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
-                    if keyed:
-                        self._clock.observe(con.execute(f"SELECT max(stamp) FROM {_t(cl)}").fetchall()[0][0])
                     names = cs.cl.column("rel").unique().to_pylist()
                     batch.cl, batch.cl_keyed = cl, keyed
                     batch.cl_relation = names[0] if len(names) == 1 else None
@@ -607,10 +605,11 @@ class Site:
                         SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated""",
                                     [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
         finally:
+            big = len(cs) > 10_000  # a small batch's input tables are replaced by the next merge
             for name in registered:
                 if name.endswith("_arrow"):
                     con.unregister(name)
-                else:
+                elif big:
                     con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
         return MergeResult(result, ignored)
 
@@ -651,9 +650,12 @@ class Site:
         view = f"{name}_arrow"
         con.register(view, table)
         registered.append(view)  # unregistered by the caller once the transaction has ended
-        got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
-        if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
-            raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
+        key = tuple(expected)
+        if not table.schema.equals(self._accepted.get(key, pa.schema([]))):
+            got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
+            if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
+                raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
+            self._accepted[key] = table.schema  # the next payload with this Arrow schema needs no DESCRIBE
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view} {where}")
         registered.append(name)
         return name

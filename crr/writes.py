@@ -17,6 +17,7 @@ from __future__ import annotations
 import duckdb
 
 from crr.catalog import Relation
+from crr.clock import HybridClock
 from crr.errors import ConstraintError
 from crr.maintain import Batch, _t, cols_sql
 from crr.types import key_hash_sql, quote_ident, quote_str, tuple_id_sql
@@ -27,8 +28,12 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str):
 
 
 def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None, new: str | None,
-                  stamp: int) -> Batch:
-    """Build the batch for a write whose removed/added rows are in temp tables ``old``/``new``."""
+                  clock: HybridClock) -> Batch:
+    """Build the batch for a write whose removed/added rows are in temp tables ``old``/``new``.
+
+    A keyed write's stamp exceeds every stamp this site knows for the keys it writes, so the new
+    version wins over each version it replaces (the hybrid clock observes them first).
+    """
     keyed = bool(rel.key)
     kh = key_hash_sql(rel.name, rel.key_columns, "w") if keyed else "NULL::UHUGEINT"
     rid = tuple_id_sql(rel.name, rel.columns, "w")
@@ -52,6 +57,12 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     if new is not None:
         if keyed:
             _check_keys(con, rel, deleting=old is not None)
+        stamp = 0
+        if keyed:
+            seen = _one(con, f"""SELECT max(stamp) FROM _crr.cl
+                                 WHERE kh IN (SELECT kh FROM {_t('_crr_wnew')})""")[0]
+            clock.observe(seen)
+            stamp = clock.tick()
         deleted_cl = (f"(SELECT id, cl FROM {_t('_crr_wdel')})" if old is not None
                       else "(SELECT NULL::UHUGEINT AS id, NULL::INTEGER AS cl LIMIT 0)")
         new_stamp = f"{stamp}::UHUGEINT" if keyed else "0::UHUGEINT"
