@@ -173,6 +173,23 @@ class Maintainer:
                 self._refresh_derived(rel)
         return self.result
 
+    def populate(self, view: Relation) -> BatchResult:
+        """Fill a newly created view: every input's whole AUG state acts as its delta."""
+        assert view.plan is not None
+        for r in view.plan.inputs:
+            rel = self.rels[r]
+            name = f"_crr_all_{r}"
+            if rel.is_base:
+                self.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
+                self.new_base[r] = name
+            else:
+                self.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
+                                    JOIN {rel.aug('t')} t ON t.vid = m.vid""")
+                self.new_derived[r] = name
+        self._run_view(view)
+        self._refresh_derived(view)
+        return self.result
+
     # 1. causal lengths and visibility ------------------------------------------------------------
     def _merge_cl(self, batch: Batch) -> None:
         cl_in = batch.cl

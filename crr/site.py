@@ -329,22 +329,11 @@ class Site:
     def _populate(self, view: Relation) -> None:
         """Fill a new view from the current AUG state of its inputs."""
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
-        assert view.plan is not None
-        for r in view.plan.inputs:
-            rel = self._rels[r]
-            name = f"_crr_all_{r}"
-            if rel.is_base:
-                m.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
-                m.new_base[r] = name
-            else:
-                m.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
-                                 JOIN {rel.aug('t')} t ON t.vid = m.vid""")
-                m.new_derived[r] = name
+        m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
         try:
-            m._run_view(view)
-            m._refresh_derived(view)
+            m.populate(view)
         finally:
-            m.cleanup()
+            m.cleanup(force=True)
         if m.result.changed:
             self._bump()
 

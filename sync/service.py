@@ -104,6 +104,7 @@ class SyncService:
         self._tasks: set[asyncio.Task] = set()
         self._ready = threading.Event()
         self._stopping = False
+        self._error: BaseException | None = None  # a failure while starting, re-raised by start()
 
     # -- lifecycle (called from any thread) ------------------------------------------------------
     def start(self) -> "SyncService":
@@ -114,8 +115,6 @@ class SyncService:
         if self._error:
             raise self._error
         return self
-
-    _error: BaseException | None = None
 
     def stop(self) -> None:
         """Stop syncing and close every connection (the site stays open)."""
