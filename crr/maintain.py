@@ -77,7 +77,8 @@ class BatchResult:
         return self.cl_changed > 0 or any(c.new_tuples or c.new_monomials for c in self.relations.values())
 
 
-def _t(name: str) -> str:
+def temp_table(name: str) -> str:
+    """Qualified name of a connection-local temp table."""
     return f"temp.main.{quote_ident(name)}"
 
 
@@ -153,7 +154,7 @@ class Maintainer:
         r = self.result
         size = r.cl_changed + sum(c.new_tuples + c.new_monomials for c in r.relations.values())
         if self._temps and (force or size > 10_000):
-            self.con.execute("; ".join(f"DROP TABLE IF EXISTS {_t(name)}" for name in self._temps))
+            self.con.execute("; ".join(f"DROP TABLE IF EXISTS {temp_table(name)}" for name in self._temps))
         self._temps.clear()
 
     # -- the pipeline --------------------------------------------------------------------------
@@ -202,7 +203,7 @@ class Maintainer:
                    c.id IS NULL AS fresh, coalesce(c.vis, false) AS old_vis
             FROM (SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
                          max(coalesce(stamp, 0::UHUGEINT)) AS stamp
-                  FROM {_t(cl_in)} GROUP BY id) n
+                  FROM {temp_table(cl_in)} GROUP BY id) n
             LEFT JOIN _crr.cl c ON c.id = n.id
             WHERE c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp""")
         self.result.cl_changed = changed
@@ -211,35 +212,35 @@ class Maintainer:
             return
         # Unkeyed entries are visible iff their length is odd: set that in the same MERGE. Keyed
         # entries keep their old flag here; the key-wide recomputation below sets it.
-        self.x(f"""MERGE INTO _crr.cl AS c USING {_t('_crr_dcl')} AS d ON c.id = d.id
+        self.x(f"""MERGE INTO _crr.cl AS c USING {temp_table('_crr_dcl')} AS d ON c.id = d.id
                    WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq},
                         vis = CASE WHEN d.kh IS NULL THEN d.cl % 2 = 1 ELSE c.vis END
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
                         VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, d.kh IS NULL AND d.cl % 2 = 1, {self.seq})""")
         keyed = batch.cl_keyed
         if keyed is None:
-            keyed = self.con.execute(f"SELECT count(*) FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
+            keyed = self.con.execute(f"SELECT count(*) FROM {temp_table('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
         unkeyed_sql = f"""SELECT id, rel, (cl % 2 = 1) AS vis, old_vis
-                          FROM {_t('_crr_dcl')} WHERE kh IS NULL"""
+                          FROM {temp_table('_crr_dcl')} WHERE kh IS NULL"""
         keyed_sql = f"""SELECT id, rel, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
                                                  OVER (PARTITION BY kh), false) AS vis, vis AS old_vis
-                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {_t('_crr_dcl')} WHERE kh IS NOT NULL)"""
+                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {temp_table('_crr_dcl')} WHERE kh IS NOT NULL)"""
         source = f"{unkeyed_sql} UNION ALL {keyed_sql}" if keyed else unkeyed_sql
         flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
         if flips:
             if keyed:
-                self.x(f"""UPDATE _crr.cl SET vis = f.vis FROM {_t('_crr_flip')} f
+                self.x(f"""UPDATE _crr.cl SET vis = f.vis FROM {temp_table('_crr_flip')} f
                            WHERE cl.id = f.id AND cl.kh IS NOT NULL""")
             self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
-                                 {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {_t('_crr_flip')}").fetchall()})
+                                 {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {temp_table('_crr_flip')}").fetchall()})
 
     # 2. base tuples -----------------------------------------------------------------------------
     def _merge_base(self, rel: Relation, table: str) -> None:
         name = f"_crr_new_{rel.name}"
-        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {_t(table)} n
+        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {temp_table(table)} n
                                 ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
         if n:
-            self.x(f"INSERT INTO {rel.aug('t')} SELECT id, {cols_sql(rel)}, {self.seq} FROM {_t(name)}")
+            self.x(f"INSERT INTO {rel.aug('t')} SELECT id, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
             self.new_base[rel.name] = name
             self.counts(rel.name).new_tuples += n
 
@@ -248,22 +249,22 @@ class Maintainer:
         """Add a changeset's tuples and monomials of a view or remote table (``monos`` None: the
         source holds the relation as a replicated table, each tuple its own single monomial)."""
         if monos is None:
-            cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {_t(tuples)}"
+            cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {temp_table(tuples)}"
             self._add_monomials(rel, cand, dedup=True, width=(1, 1))
             return
         cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
-                   FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {_t(monos)}) m
-                   JOIN (SELECT DISTINCT ON (vid) * FROM {_t(tuples)}) t ON t.vid = m.vid"""
+                   FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {temp_table(monos)}) m
+                   JOIN (SELECT DISTINCT ON (vid) * FROM {temp_table(tuples)}) t ON t.vid = m.vid"""
         self._add_monomials(rel, cand, dedup=True)
 
     # 4. local views -----------------------------------------------------------------------------
     def _source(self, relation: str, delta: bool) -> exp.Expression:
         rel = self.rels[relation]
         if rel.is_base:
-            table = _t(self.new_base[relation]) if delta else rel.aug("t")
+            table = temp_table(self.new_base[relation]) if delta else rel.aug("t")
             sql = f"SELECT {cols_sql(rel)}, [id] AS {IDS} FROM {table}"
         elif delta:
-            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {_t(self.new_derived[relation])}"
+            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {temp_table(self.new_derived[relation])}"
         else:
             sql = (f"SELECT {cols_sql(rel, 't')}, m.ids AS {IDS} FROM {rel.aug('m')} m "
                    f"JOIN {rel.aug('t')} t ON t.vid = m.vid")
@@ -311,7 +312,7 @@ class Maintainer:
         if n == 0:
             return
         if width is None or width[0] != width[1]:
-            width = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {_t(name)}").fetchall()[0]
+            width = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {temp_table(name)}").fetchall()[0]
         lo, hi = width
         if hi > 1 and not rel.indexed:
             self._build_index(rel)
@@ -323,11 +324,11 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.new_monomials += n
         counts.new_tuples += self.x(f"""INSERT INTO {rel.aug('t')}
-            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, {self.seq} FROM {_t(name)} n
+            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, {self.seq} FROM {temp_table(name)} n
             ANTI JOIN {rel.aug('t')} t ON t.vid = n.vid""")
-        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {self.seq} FROM {_t(name)}")
+        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {self.seq} FROM {temp_table(name)}")
         if rel.indexed:
-            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {_t(name)}")
+            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {temp_table(name)}")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
@@ -349,21 +350,21 @@ class Maintainer:
 
     def _absorb(self, rel: Relation, newm: str) -> int:
         """Apply ``p + p.q = p`` between the new monomials and the existing ones of the same tuples."""
-        self.x(f"""DELETE FROM {_t(newm)} n WHERE EXISTS (
+        self.x(f"""DELETE FROM {temp_table(newm)} n WHERE EXISTS (
                       SELECT 1 FROM (SELECT m.vid, m.ids FROM {rel.aug('m')} m
-                                     WHERE m.vid IN (SELECT vid FROM {_t(newm)})
-                                     UNION ALL SELECT vid, ids FROM {_t(newm)}) e
+                                     WHERE m.vid IN (SELECT vid FROM {temp_table(newm)})
+                                     UNION ALL SELECT vid, ids FROM {temp_table(newm)}) e
                       WHERE e.vid = n.vid AND len(e.ids) < len(n.ids) AND list_has_all(n.ids, e.ids))""")
         absorbed = f"_crr_absorbed_{rel.name}"
         gone = self.temp(absorbed, f"""SELECT DISTINCT m.vid, m.mid FROM {rel.aug('m')} m
-                                       JOIN {_t(newm)} n ON m.vid = n.vid
+                                       JOIN {temp_table(newm)} n ON m.vid = n.vid
                                        WHERE len(n.ids) < len(m.ids) AND list_has_all(m.ids, n.ids)""")
         if gone:
             self.absorbed[rel.name] = absorbed
-            self.x(f"DELETE FROM {rel.aug('m')} AS m USING {_t(absorbed)} a WHERE m.vid = a.vid AND m.mid = a.mid")
+            self.x(f"DELETE FROM {rel.aug('m')} AS m USING {temp_table(absorbed)} a WHERE m.vid = a.vid AND m.mid = a.mid")
             if rel.indexed:
-                self.x(f"DELETE FROM {rel.aug('i')} AS i USING {_t(absorbed)} a WHERE i.vid = a.vid AND i.mid = a.mid")
-        return self.con.execute(f"SELECT count(*) FROM {_t(newm)}").fetchall()[0][0]
+                self.x(f"DELETE FROM {rel.aug('i')} AS i USING {temp_table(absorbed)} a WHERE i.vid = a.vid AND i.mid = a.mid")
+        return self.con.execute(f"SELECT count(*) FROM {temp_table(newm)}").fetchall()[0][0]
 
     # 5. derived counters and APP patches ------------------------------------------------------
     def _refresh_derived(self, rel: Relation) -> None:
@@ -375,14 +376,14 @@ class Maintainer:
         """
         dirty = []
         if rel.name in self.new_derived:
-            dirty.append(f"SELECT vid FROM {_t(self.new_derived[rel.name])}")
+            dirty.append(f"SELECT vid FROM {temp_table(self.new_derived[rel.name])}")
         if rel.name in self.absorbed:
-            dirty.append(f"SELECT vid FROM {_t(self.absorbed[rel.name])}")
+            dirty.append(f"SELECT vid FROM {temp_table(self.absorbed[rel.name])}")
         if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
             if rel.indexed:
-                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {_t('_crr_flip')} f ON f.id = i.id")
+                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {temp_table('_crr_flip')} f ON f.id = i.id")
             else:
-                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {_t('_crr_flip')} f ON f.id = m.mid")
+                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {temp_table('_crr_flip')} f ON f.id = m.mid")
         if not dirty:
             return
         d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
@@ -406,12 +407,12 @@ class Maintainer:
         new = self.new_base.get(rel.name)
         if not flipped and new is None:
             return
-        flip_rows = f"SELECT id, vis FROM {_t('_crr_flip')} WHERE rel = {quote_str(rel.name)}"
+        flip_rows = f"SELECT id, vis FROM {temp_table('_crr_flip')} WHERE rel = {quote_str(rel.name)}"
         parts = []
         if flipped:
             parts.append(flip_rows)
         if new is not None:  # new tuples already visible (their entries may have come earlier)
-            parts.append(f"SELECT n.id, true AS vis FROM {_t(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+            parts.append(f"SELECT n.id, true AS vis FROM {temp_table(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
         ins, dele = patch_app(self.con, rel, f"""
             SELECT DISTINCT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t
             JOIN ({' UNION '.join(parts)}) f ON f.id = t.id""")

@@ -16,7 +16,7 @@ from crr.changeset import Changeset, RelationChanges
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
-from crr.maintain import Batch, BatchResult, Maintainer, _t, cols_sql
+from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
 from crr.types import Column, quote_ident, quote_str, tuple_id_sql, type_family
 from crr.writes import prepare_write
 from sql import dml
@@ -566,7 +566,7 @@ class Site:
                                            [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
                                            "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
                                            "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
-                        orphans = con.execute(f"""SELECT count(*) FROM {_t(monos)} m ANTI JOIN {_t(tuples)} t
+                        orphans = con.execute(f"""SELECT count(*) FROM {temp_table(monos)} m ANTI JOIN {temp_table(tuples)} t
                                                   ON t.vid = m.vid""").fetchall()[0][0]
                         if orphans:
                             raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "
@@ -599,7 +599,7 @@ class Site:
                 if name.endswith("_arrow"):
                     con.unregister(name)
                 elif big:
-                    con.execute(f"DROP TABLE IF EXISTS {_t(name)}")
+                    con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
         return MergeResult(result, ignored)
 
     def peer_cursor(self, peer: str, relation: str) -> int:

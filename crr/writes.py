@@ -19,7 +19,7 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
-from crr.maintain import Batch, _t, cols_sql
+from crr.maintain import Batch, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_ident, quote_str, tuple_id_sql
 
 
@@ -40,36 +40,36 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     parts = []
     if new is not None:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wnew AS
-                        SELECT {rid} AS id, {kh} AS kh, {cols_sql(rel, 'w')} FROM {_t(new)} w""")
+                        SELECT {rid} AS id, {kh} AS kh, {cols_sql(rel, 'w')} FROM {temp_table(new)} w""")
         _check_not_null(con, rel)
     if old is not None:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wold AS
-                        SELECT DISTINCT {rid} AS id, {kh} AS kh FROM {_t(old)} w""")
+                        SELECT DISTINCT {rid} AS id, {kh} AS kh FROM {temp_table(old)} w""")
         if keyed:
             # every locally present version of each removed key
             deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp FROM _crr.cl c
-                          WHERE c.kh IN (SELECT kh FROM {_t('_crr_wold')}) AND c.cl % 2 = 1"""
+                          WHERE c.kh IN (SELECT kh FROM {temp_table('_crr_wold')}) AND c.cl % 2 = 1"""
         else:
             deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp FROM _crr.cl c
-                          JOIN {_t('_crr_wold')} o ON o.id = c.id WHERE c.cl % 2 = 1"""
+                          JOIN {temp_table('_crr_wold')} o ON o.id = c.id WHERE c.cl % 2 = 1"""
         con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wdel AS {deleted}")
-        parts.append(f"SELECT id, rel, cl, kh, stamp FROM {_t('_crr_wdel')}")
+        parts.append(f"SELECT id, rel, cl, kh, stamp FROM {temp_table('_crr_wdel')}")
     if new is not None:
         if keyed:
             _check_keys(con, rel, deleting=old is not None)
         stamp = 0
         if keyed:
             seen = _one(con, f"""SELECT max(stamp) FROM _crr.cl
-                                 WHERE kh IN (SELECT kh FROM {_t('_crr_wnew')})""")[0]
+                                 WHERE kh IN (SELECT kh FROM {temp_table('_crr_wnew')})""")[0]
             clock.observe(seen)
             stamp = clock.tick()
-        deleted_cl = (f"(SELECT id, cl FROM {_t('_crr_wdel')})" if old is not None
+        deleted_cl = (f"(SELECT id, cl FROM {temp_table('_crr_wdel')})" if old is not None
                       else "(SELECT NULL::UHUGEINT AS id, NULL::INTEGER AS cl LIMIT 0)")
         new_stamp = f"{stamp}::UHUGEINT" if keyed else "0::UHUGEINT"
         parts.append(f"""
             SELECT n.id, {quote_str(rel.name)} AS rel, cur + 1 AS cl, n.kh, {new_stamp} AS stamp
             FROM (SELECT DISTINCT w.id, w.kh, coalesce(d.cl, c.cl, 0) AS cur
-                  FROM {_t('_crr_wnew')} w LEFT JOIN {deleted_cl} d ON d.id = w.id
+                  FROM {temp_table('_crr_wnew')} w LEFT JOIN {deleted_cl} d ON d.id = w.id
                   LEFT JOIN _crr.cl c ON c.id = w.id) n
             WHERE n.cur % 2 = 0""")
     con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wcl AS {' UNION ALL '.join(parts)}")
@@ -81,7 +81,7 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
 
 def _check_not_null(con: duckdb.DuckDBPyConnection, rel: Relation) -> None:
     for col in rel.not_null:
-        n = _one(con, f"SELECT count(*) FROM {_t('_crr_wnew')} WHERE {quote_ident(col)} IS NULL")[0]
+        n = _one(con, f"SELECT count(*) FROM {temp_table('_crr_wnew')} WHERE {quote_ident(col)} IS NULL")[0]
         if n:
             what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
             raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
@@ -90,13 +90,13 @@ def _check_not_null(con: duckdb.DuckDBPyConnection, rel: Relation) -> None:
 
 def _check_keys(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: bool) -> None:
     keys = ", ".join(rel.key)
-    dup = _one(con, f"""SELECT count(*) FROM (SELECT kh FROM {_t('_crr_wnew')}
+    dup = _one(con, f"""SELECT count(*) FROM (SELECT kh FROM {temp_table('_crr_wnew')}
                          GROUP BY kh HAVING count(DISTINCT id) > 1)""")[0]
     if dup:
         raise ConstraintError(f"the statement writes {dup} key(s) of {rel.name} ({keys}) more than once with "
                               "different values; nothing was written")
-    freed = f"AND c.kh NOT IN (SELECT kh FROM {_t('_crr_wold')})" if deleting else ""
-    clash = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {_t('_crr_wnew')} w
+    freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
+    clash = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {temp_table('_crr_wnew')} w
                             JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
                             LIMIT 1""").fetchall()
     clash = clash[0] if clash else None
