@@ -13,7 +13,8 @@ output column, the product of the inputs' monomials::
 Summing (``+``) the results into the view is the engine's job; duplicates collapse there.
 The sources are supplied by the engine as SQL expressions with the input's columns plus
 ``_crr_ids`` (the monomial, a sorted list of tuple ids), so the same plan runs on any backend that
-has list functions (sqlglot transpiles ``list_concat``/``list_distinct``/``list_sort``).
+has array functions (sqlglot transpiles them: ``list_concat``/``list_distinct``/``list_sort`` on
+DuckDB, ``concat``/``array_distinct``/``array_sort`` on Spark).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ def monomial_product(aliases: list[str]) -> exp.Expression:
     cols = [exp.column(IDS, table=a, quoted=True) for a in aliases]
     if len(cols) == 1:
         return cols[0]
-    joined = exp.Anonymous(this="list_concat", expressions=cols)
-    return exp.Anonymous(this="list_sort", expressions=[exp.Anonymous(this="list_distinct", expressions=[joined])])
+    # typed sqlglot nodes, so the plan transpiles (DuckDB list_concat/list_distinct/list_sort,
+    # Spark concat/array_distinct/array_sort, ...)
+    joined = exp.ArrayConcat(this=cols[0], expressions=cols[1:])
+    return exp.ArraySort(this=exp.ArrayDistinct(this=joined))
 
 
 @dataclass
