@@ -47,6 +47,7 @@ class Batch:
     derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     cl_relation: str | None = None  # set when every causal-length entry is of this one relation
     cl_keyed: bool | None = None  # whether those entries carry key hashes, when known
+    cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
 
 
 @dataclass
@@ -197,10 +198,14 @@ class Maintainer:
         if cl_in is None:
             self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
             return
-        changed = self.temp("_crr_dcl", f"""
+        if batch.cl_changes is not None:
+            dcl, changed = cl_in, batch.cl_changes
+        else:
+            dcl = "_crr_dcl"
+            changed = self.temp(dcl, f"""
             SELECT n.id, n.rel, n.kh, greatest(n.cl, coalesce(c.cl, 0)) AS cl,
                    greatest(n.stamp, coalesce(c.stamp, 0::UHUGEINT)) AS stamp,
-                   c.id IS NULL AS fresh, coalesce(c.vis, false) AS old_vis
+                   coalesce(c.vis, false) AS old_vis
             FROM (SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
                          max(coalesce(stamp, 0::UHUGEINT)) AS stamp
                   FROM {temp_table(cl_in)} GROUP BY id) n
@@ -212,19 +217,19 @@ class Maintainer:
             return
         # Unkeyed entries are visible iff their length is odd: set that in the same MERGE. Keyed
         # entries keep their old flag here; the key-wide recomputation below sets it.
-        self.x(f"""MERGE INTO _crr.cl AS c USING {temp_table('_crr_dcl')} AS d ON c.id = d.id
+        self.x(f"""MERGE INTO _crr.cl AS c USING {temp_table(dcl)} AS d ON c.id = d.id
                    WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq},
                         vis = CASE WHEN d.kh IS NULL THEN d.cl % 2 = 1 ELSE c.vis END
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
                         VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, d.kh IS NULL AND d.cl % 2 = 1, {self.seq})""")
         keyed = batch.cl_keyed
         if keyed is None:
-            keyed = self.con.execute(f"SELECT count(*) FROM {temp_table('_crr_dcl')} WHERE kh IS NOT NULL").fetchall()[0][0]
+            keyed = self.con.execute(f"SELECT count(*) FROM {temp_table(dcl)} WHERE kh IS NOT NULL").fetchall()[0][0]
         unkeyed_sql = f"""SELECT id, rel, (cl % 2 = 1) AS vis, old_vis
-                          FROM {temp_table('_crr_dcl')} WHERE kh IS NULL"""
+                          FROM {temp_table(dcl)} WHERE kh IS NULL"""
         keyed_sql = f"""SELECT id, rel, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
                                                  OVER (PARTITION BY kh), false) AS vis, vis AS old_vis
-                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {temp_table('_crr_dcl')} WHERE kh IS NOT NULL)"""
+                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {temp_table(dcl)} WHERE kh IS NOT NULL)"""
         source = f"{unkeyed_sql} UNION ALL {keyed_sql}" if keyed else unkeyed_sql
         flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
         if flips:
@@ -403,19 +408,29 @@ class Maintainer:
         counts.deleted += dele
 
     def _patch_base(self, rel: Relation) -> None:
+        """Patch a replicated table's APP rows: tuples whose visibility flipped, and new visible tuples.
+
+        Values of new tuples come from the batch; the AUG table and ``_crr.cl`` are probed only for
+        the rows that need them (an empty probe list makes DuckDB skip the big table's scan).
+        """
         flipped = rel.name in self.flipped_rels
         new = self.new_base.get(rel.name)
         if not flipped and new is None:
             return
-        flip_rows = f"SELECT id, vis FROM {temp_table('_crr_flip')} WHERE rel = {quote_str(rel.name)}"
+        flips = f"(SELECT id, vis FROM {temp_table('_crr_flip')} WHERE rel = {quote_str(rel.name)})"
         parts = []
+        if flipped and new is not None:
+            parts.append(f"SELECT {cols_sql(rel, 'n')}, f.vis AS keep FROM {temp_table(new)} n "
+                         f"JOIN {flips} f ON f.id = n.id")
         if flipped:
-            parts.append(flip_rows)
-        if new is not None:  # new tuples already visible (their entries may have come earlier)
-            parts.append(f"SELECT n.id, true AS vis FROM {temp_table(new)} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
-        ins, dele = patch_app(self.con, rel, f"""
-            SELECT DISTINCT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t
-            JOIN ({' UNION '.join(parts)}) f ON f.id = t.id""")
+            older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {temp_table(new)} n ON n.id = f.id)"
+            parts.append(f"SELECT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
+        if new is not None:  # new tuples whose entries came in an earlier batch and are visible
+            quiet = temp_table(new) if not flipped else \
+                f"(SELECT n.* FROM {temp_table(new)} n ANTI JOIN {flips} f ON f.id = n.id)"
+            parts.append(f"SELECT {cols_sql(rel, 'n')}, true AS keep FROM {quiet} n "
+                         f"JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+        ins, dele = patch_app(self.con, rel, " UNION ALL ".join(parts))
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele

@@ -47,13 +47,13 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
                         SELECT DISTINCT {rid} AS id, {kh} AS kh FROM {temp_table(old)} w""")
         if keyed:
             # every locally present version of each removed key
-            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp FROM _crr.cl c
+            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp, c.vis AS old_vis FROM _crr.cl c
                           WHERE c.kh IN (SELECT kh FROM {temp_table('_crr_wold')}) AND c.cl % 2 = 1"""
         else:
-            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp FROM _crr.cl c
+            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp, c.vis AS old_vis FROM _crr.cl c
                           JOIN {temp_table('_crr_wold')} o ON o.id = c.id WHERE c.cl % 2 = 1"""
         con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wdel AS {deleted}")
-        parts.append(f"SELECT id, rel, cl, kh, stamp FROM {temp_table('_crr_wdel')}")
+        parts.append(f"SELECT id, rel, cl, kh, stamp, old_vis FROM {temp_table('_crr_wdel')}")
     if new is not None:
         if keyed:
             _check_keys(con, rel, deleting=old is not None)
@@ -67,13 +67,18 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
                       else "(SELECT NULL::UHUGEINT AS id, NULL::INTEGER AS cl LIMIT 0)")
         new_stamp = f"{stamp}::UHUGEINT" if keyed else "0::UHUGEINT"
         parts.append(f"""
-            SELECT n.id, {quote_str(rel.name)} AS rel, cur + 1 AS cl, n.kh, {new_stamp} AS stamp
-            FROM (SELECT DISTINCT w.id, w.kh, coalesce(d.cl, c.cl, 0) AS cur
+            SELECT n.id, {quote_str(rel.name)} AS rel, cur + 1 AS cl, n.kh, {new_stamp} AS stamp, n.old_vis
+            FROM (SELECT DISTINCT w.id, w.kh, coalesce(d.cl, c.cl, 0) AS cur, coalesce(c.vis, false) AS old_vis
                   FROM {temp_table('_crr_wnew')} w LEFT JOIN {deleted_cl} d ON d.id = w.id
                   LEFT JOIN _crr.cl c ON c.id = w.id) n
             WHERE n.cur % 2 = 0""")
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wcl AS {' UNION ALL '.join(parts)}")
-    batch = Batch(cl="_crr_wcl", cl_relation=rel.name, cl_keyed=keyed)
+    # Every entry here grows, so the batch hands the maintainer its exact changes (one row per id,
+    # with the visibility before the write) and the maintainer need not look them up again.
+    changes = con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wcl AS
+        SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl, max(stamp) AS stamp,
+               any_value(old_vis) AS old_vis
+        FROM ({' UNION ALL '.join(parts)}) GROUP BY id""").fetchall()[0][0]
+    batch = Batch(cl="_crr_wcl", cl_relation=rel.name, cl_keyed=keyed, cl_changes=changes)
     if new is not None:
         batch.base[rel.name] = "_crr_wnew"  # (id, kh, cols...): the pipeline reads id and the columns
     return batch
