@@ -13,7 +13,8 @@ from typing import Any
 
 from crr.errors import CrrError
 from sync import crypto
-from sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
+from sync import handshake
+from sync.protocol import ProtocolError, decode, encode, frame, read_frame
 
 
 def socket_path(db: str) -> str:
@@ -40,15 +41,7 @@ def server_running(db: str) -> bool:
 async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
     reader, writer = await asyncio.open_unix_connection(path)
     try:
-        mine = crypto.nonce()
-        writer.write(frame(encode({"t": "hello", "v": PROTOCOL_VERSION, "site": "control", "nonce": mine})))
-        hello = decode(await read_frame(reader))
-        if hello["t"] == "error":
-            raise ProtocolError(f"server refused: {hello.get('message')}")
-        theirs, site = hello["nonce"], hello["site"]
-        crypto.check_proof(crypto.proof(secret, "server", theirs, mine, site), hello.get("proof"))
-        writer.write(frame(encode({"t": "auth", "proof": crypto.proof(secret, "client", mine, theirs, "control")})))
-        channel = crypto.Channel(secret, mine, theirs, is_client=True)
+        channel, _ = await handshake.client_handshake(reader, writer, secret, "control")
         writer.write(frame(channel.seal(encode(message))))
         await writer.drain()
         body = await read_frame(reader)

@@ -29,8 +29,8 @@ import msgpack
 from crr.changeset import Changeset
 from crr.errors import ChangesetError, CrrError
 from crr.site import Site
-from sync import crypto
-from sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
+from sync import crypto, handshake
+from sync.protocol import ProtocolError, decode, encode, frame, read_frame
 
 log = logging.getLogger("crr.sync")
 
@@ -244,60 +244,9 @@ class SyncService:
         del self.refused[:-100]
 
     async def _handshake(self, reader, writer, is_client: bool, address: str) -> Link:
-        me = self.site.site_id
-        mine = crypto.nonce()
-
-        async def plain_send(message: dict) -> None:
-            writer.write(frame(encode(message)))
-            await writer.drain()
-
-        async def plain_recv() -> dict:
-            return decode(await read_frame(reader, 64 * 1024))
-
-        if is_client:
-            await plain_send({"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine})
-            hello = await plain_recv()
-            if hello["t"] == "error":
-                raise ProtocolError(f"peer refused the connection: {hello.get('message')}")
-            theirs, peer = self._check_hello(hello)
-            try:
-                crypto.check_proof(crypto.proof(self.secret, "server", theirs, mine, peer), hello.get("proof"))
-            except crypto.AuthError:
-                await plain_send({"t": "error", "message": "authentication failed"})
-                raise
-            await plain_send({"t": "auth", "proof": crypto.proof(self.secret, "client", mine, theirs, me)})
-            channel = crypto.Channel(self.secret, mine, theirs, is_client=True)
-        else:
-            hello = await plain_recv()
-            try:
-                theirs, peer = self._check_hello(hello)
-            except ProtocolError as e:
-                await plain_send({"t": "error", "message": str(e)})
-                raise
-            await plain_send({"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine,
-                              "proof": crypto.proof(self.secret, "server", mine, theirs, me)})
-            auth = await plain_recv()
-            if auth.get("t") == "error":
-                raise crypto.AuthError(f"the peer refused us: {auth.get('message')}")
-            try:
-                crypto.check_proof(crypto.proof(self.secret, "client", theirs, mine, peer), auth.get("proof"))
-            except crypto.AuthError:
-                await plain_send({"t": "error", "message": "authentication failed"})
-                raise
-            channel = crypto.Channel(self.secret, theirs, mine, is_client=False)
+        run = handshake.client_handshake if is_client else handshake.server_handshake
+        channel, peer = await run(reader, writer, self.secret, self.site.site_id)
         return Link(reader=reader, writer=writer, channel=channel, peer=peer, address=address, outgoing=is_client)
-
-    @staticmethod
-    def _check_hello(hello: dict) -> tuple[bytes, str]:
-        if hello.get("t") != "hello":
-            raise ProtocolError(f"expected a hello, got {hello.get('t')!r}")
-        if hello.get("v") != PROTOCOL_VERSION:
-            raise ProtocolError(f"protocol version {hello.get('v')!r} is not supported (this site speaks "
-                                f"{PROTOCOL_VERSION})")
-        nonce, site = hello.get("nonce"), hello.get("site")
-        if not isinstance(nonce, bytes) or len(nonce) != 16 or not isinstance(site, str) or not site:
-            raise ProtocolError("malformed hello")
-        return nonce, site
 
     async def _serve_link(self, link: Link) -> None:
         if link.peer == self.site.site_id:
