@@ -193,10 +193,14 @@ class Maintainer:
         return self.result
 
     # 1. causal lengths and visibility ------------------------------------------------------------
+    def _no_flips(self) -> None:
+        """An empty flip table, for batches that change no causal length."""
+        self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
+
     def _merge_cl(self, batch: Batch) -> None:
         cl_in = batch.cl
         if cl_in is None:
-            self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
+            self._no_flips()
             return
         if batch.cl_changes is not None:
             dcl, changed = cl_in, batch.cl_changes
@@ -213,7 +217,7 @@ class Maintainer:
             WHERE c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp""")
         self.result.cl_changed = changed
         if changed == 0:
-            self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
+            self._no_flips()
             return
         # Unkeyed entries are visible iff their length is odd: set that in the same MERGE. Keyed
         # entries keep their old flag here; the key-wide recomputation below sets it.

@@ -326,10 +326,15 @@ class Site:
                 raise
         return []
 
-    def _populate(self, view: Relation) -> None:
-        """Fill a new view from the current AUG state of its inputs."""
+    def _maintainer(self) -> Maintainer:
+        """A maintainer for one transaction, writing with the next sequence number."""
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
         m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
+        return m
+
+    def _populate(self, view: Relation) -> None:
+        """Fill a new view from the current AUG state of its inputs."""
+        m = self._maintainer()
         try:
             m.populate(view)
         finally:
@@ -456,8 +461,7 @@ class Site:
         return self._apply(batch)
 
     def _apply(self, batch: Batch) -> BatchResult:
-        m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
-        m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
+        m = self._maintainer()
         try:
             result = m.apply(batch, [n for n, r in self._rels.items() if r.kind == "view"])
         except BaseException:
