@@ -6,15 +6,18 @@ by newer plan compilers).
 
 Storage layout of one site (all inside one DuckDB file):
 
-* ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns.
+* ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns (a remote
+  source has none: it only feeds this site's views).
 * ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock.
 * ``_crr.relations`` -- this catalog.
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
   site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
-* ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View or remote table:
-  ``(vid, cols..., seq)``, ``vid`` the hash of the values under the relation's name.
+* ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View, remote table or
+  stored remote source: ``(vid, cols..., seq)``, ``vid`` the hash of the values under the relation's
+  name. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
+  select/project view needs only each batch's new tuples.
 * ``_crr."<r>$m"`` -- monomials of a view or remote table: ``(vid, mid, ids, seq)``, one row per
   derivation; ``ids`` is the sorted id list, ``mid`` a hash of it. A tuple is present when one of
   its monomials has only visible ids; that is evaluated for the tuples a batch touches.
@@ -37,10 +40,10 @@ STORAGE_VERSION = 1
 
 @dataclass
 class Relation:
-    """A relation held at a site: a replicated table, a remote table, or a materialized view."""
+    """A relation held at a site: a replicated table, a remote table or source, or a materialized view."""
 
     name: str
-    kind: str  # "replicated" | "remote" | "view"
+    kind: str  # "replicated" | "remote" | "source" | "view"
     columns: list[Column]
     key: list[str] = field(default_factory=list)
     not_null: list[str] = field(default_factory=list)
@@ -48,11 +51,17 @@ class Relation:
     lineage: set[str] = field(default_factory=set)  # learned lineage (remote tables)
     plan: ViewPlan | None = None
     indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
+    stored: bool = True  # whether AUG tuples are kept (false only for a source no view joins)
 
     @property
     def is_base(self) -> bool:
         """True for replicated tables, whose tuples are their own provenance."""
         return self.kind == "replicated"
+
+    @property
+    def has_app(self) -> bool:
+        """Whether the relation has an APP table (everything but remote sources)."""
+        return self.kind != "source"
 
     @property
     def column_names(self) -> list[str]:
@@ -97,6 +106,7 @@ CATALOG_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
         name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
         definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER)""",
+    f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS stored BOOLEAN DEFAULT true",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
@@ -107,24 +117,27 @@ CATALOG_DDL = [
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
-            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position]
+            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position,
+            rel.stored]
 
 
 def relation_from_row(row: tuple) -> Relation:
     """Rebuild a relation (without its compiled plan) from a catalog row."""
-    name, kind, columns, key, not_null, definition, lineage, indexed, _ = row
+    name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
-                    lineage=set(json.loads(lineage)), indexed=bool(indexed))
+                    lineage=set(json.loads(lineage)), indexed=bool(indexed), stored=stored is not False)
 
 
 def aug_ddl(rel: Relation) -> list[str]:
-    """DDL creating a relation's AUG tables and its APP table."""
+    """DDL creating a relation's AUG tables and its APP table (a source: its AUG tables once stored)."""
     cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in rel.columns)
     app_cols = ", ".join(
         f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in rel.not_null else ''}" for c in rel.columns
     )
-    stmts = [f"CREATE TABLE {rel.app} ({app_cols})"]
+    stmts = [f"CREATE TABLE {rel.app} ({app_cols})"] if rel.has_app else []
+    if not rel.stored:
+        return stmts
     if rel.is_base:
         stmts.append(f"CREATE TABLE {rel.aug('t')} (id UHUGEINT, {cols}, seq BIGINT)")
     else:
@@ -137,7 +150,8 @@ def aug_ddl(rel: Relation) -> list[str]:
 
 def drop_ddl(rel: Relation) -> list[str]:
     """DDL dropping a relation's AUG and APP tables."""
-    stmts = [f"DROP TABLE IF EXISTS {rel.app}", f"DROP TABLE IF EXISTS {rel.aug('t')}"]
+    stmts = [f"DROP TABLE IF EXISTS {rel.app}"] if rel.has_app else []
+    stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
     if not rel.is_base:
         stmts += [f"DROP TABLE IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('i')}"]
     return stmts

@@ -2,7 +2,7 @@
 
 Local writes and merges both end here. A batch (:class:`Batch`) names temp tables holding
 
-* causal-length entries ``(id, rel, cl, kh, stamp)``,
+* causal-length entries ``(id, rel, cl, kh, stamp)`` (a temp table or a subquery),
 * new base tuples ``(id, cols...)`` per replicated table,
 * new derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view or remote table.
 
@@ -42,11 +42,12 @@ MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
 class Batch:
     """Temp-table names of the changes to apply (see the module docstring)."""
 
-    cl: str | None = None
+    cl: str | None = None  # FROM text (a temp table or a subquery) of the causal-length entries
     base: dict[str, str] = field(default_factory=dict)
     derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     cl_relation: str | None = None  # set when every causal-length entry is of this one relation
-    cl_keyed: bool | None = None  # whether those entries carry key hashes, when known
+    cl_keyed: bool | None = None  # whether some entries carry key hashes, when known
+    cl_unkeyed: bool | None = None  # whether some entries carry none, when known
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
 
 
@@ -122,9 +123,10 @@ class Maintainer:
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
         self.new_base: dict[str, str] = {}  # relation -> temp table of its new tuples (id, cols)
-        self.new_derived: dict[str, str] = {}  # relation -> temp of new monomials (vid, mid, ids, cols)
+        self.new_derived: dict[str, str] = {}  # relation -> FROM text of new monomials (vid, mid, ids, cols)
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
-        self.flipped_rels: set[str] = set()
+        self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
+        self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
         self.newly_indexed: list[Relation] = []  # to undo in memory if the transaction rolls back
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self._temps: list[str] = []
@@ -171,7 +173,7 @@ class Maintainer:
         for rel in self.rels.values():
             if rel.is_base:
                 self._patch_base(rel)
-            else:
+            elif rel.has_app:
                 self._refresh_derived(rel)
         return self.result
 
@@ -181,67 +183,77 @@ class Maintainer:
         for r in view.plan.inputs:
             rel = self.rels[r]
             name = f"_crr_all_{r}"
+            if not rel.stored:
+                continue  # a source keeping nothing has received nothing yet (see Site._sources_to_store)
             if rel.is_base:
                 self.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
                 self.new_base[r] = name
             else:
                 self.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
                                     JOIN {rel.aug('t')} t ON t.vid = m.vid""")
-                self.new_derived[r] = name
+                self.new_derived[r] = temp_table(name)
         self._run_view(view)
         self._refresh_derived(view)
         return self.result
 
     # 1. causal lengths and visibility ------------------------------------------------------------
-    def _no_flips(self) -> None:
-        """An empty flip table, for batches that change no causal length."""
-        self.temp("_crr_flip", "SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::BOOLEAN AS vis LIMIT 0")
-
     def _merge_cl(self, batch: Batch) -> None:
-        cl_in = batch.cl
-        if cl_in is None:
-            self._no_flips()
+        """Join the batch's causal lengths into ``_crr.cl`` and note which ids' visibility flipped.
+
+        Two statements: one computes every entry that grows or whose visibility flips (with the new
+        and old flag), one MERGE writes them. A local write hands its exact changes, after which
+        visibility is plain parity (see :mod:`crr.writes`); a merge recomputes it key-wide.
+        """
+        if batch.cl is None:
             return
-        if batch.cl_changes is not None:
-            dcl, changed = cl_in, batch.cl_changes
+        if batch.cl_changes is not None:  # a local write: exact growing entries with old_vis
+            dcl, changed = batch.cl, batch.cl_changes
+            vis, grew = "(d.cl % 2 = 1)", "true"
         else:
-            dcl = "_crr_dcl"
-            changed = self.temp(dcl, f"""
-            SELECT n.id, n.rel, n.kh, greatest(n.cl, coalesce(c.cl, 0)) AS cl,
-                   greatest(n.stamp, coalesce(c.stamp, 0::UHUGEINT)) AS stamp,
-                   coalesce(c.vis, false) AS old_vis
-            FROM (SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
-                         max(coalesce(stamp, 0::UHUGEINT)) AS stamp
-                  FROM {temp_table(cl_in)} GROUP BY id) n
-            LEFT JOIN _crr.cl c ON c.id = n.id
-            WHERE c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp""")
+            changed = self.temp("_crr_dcl", self._cl_delta_sql(batch))
+            dcl, vis, grew = temp_table("_crr_dcl"), "d.vis", "d.grew"
         self.result.cl_changed = changed
         if changed == 0:
-            self._no_flips()
             return
-        # Unkeyed entries are visible iff their length is odd: set that in the same MERGE. Keyed
-        # entries keep their old flag here; the key-wide recomputation below sets it.
-        self.x(f"""MERGE INTO _crr.cl AS c USING {temp_table(dcl)} AS d ON c.id = d.id
-                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, seq = {self.seq},
-                        vis = CASE WHEN d.kh IS NULL THEN d.cl % 2 = 1 ELSE c.vis END
+        self.x(f"""MERGE INTO _crr.cl AS c USING {dcl} AS d ON c.id = d.id
+                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis},
+                        seq = CASE WHEN {grew} THEN {self.seq} ELSE c.seq END
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
-                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, d.kh IS NULL AND d.cl % 2 = 1, {self.seq})""")
-        keyed = batch.cl_keyed
-        if keyed is None:
-            keyed = self.con.execute(f"SELECT count(*) FROM {temp_table(dcl)} WHERE kh IS NOT NULL").fetchall()[0][0]
-        unkeyed_sql = f"""SELECT id, rel, (cl % 2 = 1) AS vis, old_vis
-                          FROM {temp_table(dcl)} WHERE kh IS NULL"""
-        keyed_sql = f"""SELECT id, rel, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
-                                                 OVER (PARTITION BY kh), false) AS vis, vis AS old_vis
-                        FROM _crr.cl WHERE kh IN (SELECT kh FROM {temp_table(dcl)} WHERE kh IS NOT NULL)"""
-        source = f"{unkeyed_sql} UNION ALL {keyed_sql}" if keyed else unkeyed_sql
-        flips = self.temp("_crr_flip", f"SELECT id, rel, vis FROM ({source}) WHERE vis <> old_vis")
-        if flips:
-            if keyed:
-                self.x(f"""UPDATE _crr.cl SET vis = f.vis FROM {temp_table('_crr_flip')} f
-                           WHERE cl.id = f.id AND cl.kh IS NOT NULL""")
-            self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
-                                 {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {temp_table('_crr_flip')}").fetchall()})
+                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {self.seq})""")
+        self.flips = f"(SELECT d.id, d.rel, {vis} AS vis FROM {dcl} d WHERE {vis} <> d.old_vis)"
+        self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
+                             {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {dcl}").fetchall()})
+
+    @staticmethod
+    def _cl_delta_sql(batch: Batch) -> str:
+        """Entries of a merged batch that grow (max of cl and stamp) or flip visibility.
+
+        Columns: id, rel, kh, cl, stamp, old_vis, vis, grew. Unkeyed entries are visible iff their
+        length is odd; keyed ones are recomputed over every version of their keys (DESIGN 1.2).
+        """
+        n = f"""(SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
+                        max(coalesce(stamp, 0::UHUGEINT)) AS stamp FROM {batch.cl} GROUP BY id)"""
+        parts = []
+        if batch.cl_unkeyed is not False:
+            parts.append(f"""
+                SELECT n.id, n.rel, n.kh, greatest(n.cl, c.cl) AS cl, greatest(n.stamp, c.stamp) AS stamp,
+                       coalesce(c.vis, false) AS old_vis, greatest(n.cl, c.cl) % 2 = 1 AS vis, true AS grew
+                FROM n LEFT JOIN _crr.cl c ON c.id = n.id
+                WHERE n.kh IS NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp)""")
+        if batch.cl_keyed is not False:
+            parts.append("""
+                SELECT id, rel, kh, cl, stamp, old_vis, vis, grew FROM (
+                    SELECT *, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
+                                                                 OVER (PARTITION BY kh), false) AS vis
+                    FROM (SELECT coalesce(n.id, c.id) AS id, coalesce(n.rel, c.rel) AS rel,
+                                 coalesce(n.kh, c.kh) AS kh, greatest(n.cl, c.cl) AS cl,
+                                 greatest(n.stamp, c.stamp) AS stamp, coalesce(c.vis, false) AS old_vis,
+                                 n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
+                          FROM (SELECT * FROM n WHERE kh IS NOT NULL) n
+                          FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
+                                     WHERE kh IN (SELECT kh FROM n WHERE kh IS NOT NULL)) c ON c.id = n.id))
+                WHERE grew OR vis <> old_vis""")
+        return f"WITH n AS {n} " + " UNION ALL ".join(parts)
 
     # 2. base tuples -----------------------------------------------------------------------------
     def _merge_base(self, rel: Relation, table: str) -> None:
@@ -259,12 +271,22 @@ class Maintainer:
         source holds the relation as a replicated table, each tuple its own single monomial)."""
         if monos is None:
             cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {temp_table(tuples)}"
-            self._add_monomials(rel, cand, dedup=True, width=(1, 1))
+            width: tuple[int, int] | None = (1, 1)
+        else:
+            cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
+                       FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {temp_table(monos)}) m
+                       JOIN (SELECT DISTINCT ON (vid) * FROM {temp_table(tuples)}) t ON t.vid = m.vid"""
+            width = None
+        if rel.stored:
+            self._add_monomials(rel, cand, dedup=True, width=width)
             return
-        cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
-                   FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {temp_table(monos)}) m
-                   JOIN (SELECT DISTINCT ON (vid) * FROM {temp_table(tuples)}) t ON t.vid = m.vid"""
-        self._add_monomials(rel, cand, dedup=True)
+        # A source that keeps nothing: everything received is its delta (re-adding a monomial a view
+        # already has is a no-op, so nothing needs filtering here).
+        self.new_derived[rel.name] = f"({cand})"
+        if width is None:
+            self.widths.pop(rel.name, None)
+        else:
+            self.widths[rel.name] = width
 
     # 4. local views -----------------------------------------------------------------------------
     def _source(self, relation: str, delta: bool) -> exp.Expression:
@@ -273,7 +295,7 @@ class Maintainer:
             table = temp_table(self.new_base[relation]) if delta else rel.aug("t")
             sql = f"SELECT {cols_sql(rel)}, [id] AS {IDS} FROM {table}"
         elif delta:
-            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {temp_table(self.new_derived[relation])}"
+            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {self.new_derived[relation]}"
         else:
             sql = (f"SELECT {cols_sql(rel, 't')}, m.ids AS {IDS} FROM {rel.aug('m')} m "
                    f"JOIN {rel.aug('t')} t ON t.vid = m.vid")
@@ -329,7 +351,7 @@ class Maintainer:
             n = self._absorb(rel, name)
             if n == 0:
                 return
-        self.new_derived[rel.name] = name
+        self.new_derived[rel.name] = temp_table(name)
         counts = self.counts(rel.name)
         counts.new_monomials += n
         counts.new_tuples += self.x(f"""INSERT INTO {rel.aug('t')}
@@ -385,14 +407,14 @@ class Maintainer:
         """
         dirty = []
         if rel.name in self.new_derived:
-            dirty.append(f"SELECT vid FROM {temp_table(self.new_derived[rel.name])}")
+            dirty.append(f"SELECT vid FROM {self.new_derived[rel.name]}")
         if rel.name in self.absorbed:
             dirty.append(f"SELECT vid FROM {temp_table(self.absorbed[rel.name])}")
         if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
             if rel.indexed:
-                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {temp_table('_crr_flip')} f ON f.id = i.id")
+                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {self.flips} f ON f.id = i.id")
             else:
-                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {temp_table('_crr_flip')} f ON f.id = m.mid")
+                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {self.flips} f ON f.id = m.mid")
         if not dirty:
             return
         d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
@@ -421,7 +443,7 @@ class Maintainer:
         new = self.new_base.get(rel.name)
         if not flipped and new is None:
             return
-        flips = f"(SELECT id, vis FROM {temp_table('_crr_flip')} WHERE rel = {quote_str(rel.name)})"
+        flips = f"(SELECT id, vis FROM {self.flips} WHERE rel = {quote_str(rel.name)})"
         parts = []
         if flipped and new is not None:
             parts.append(f"SELECT {cols_sql(rel, 'n')}, f.vis AS keep FROM {temp_table(new)} n "

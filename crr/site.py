@@ -138,8 +138,17 @@ class Site:
             return [(c.name, c.type) for c in rel.columns] if rel else None
 
         def describe(sql: str):
-            with _translated_errors():
-                return [(r[0], r[1]) for r in self._con.execute(f"DESCRIBE {sql}").fetchall()]
+            # remote sources have no APP table: stand in empty typed views while DuckDB types the query
+            sources = [r for r in self._rels.values() if r.kind == "source"]
+            for r in sources:
+                typed = ", ".join(f"CAST(NULL AS {c.type}) AS {quote_ident(c.name)}" for c in r.columns)
+                self._con.execute(f"CREATE TEMP VIEW {quote_ident(r.name)} AS SELECT {typed} LIMIT 0")
+            try:
+                with _translated_errors():
+                    return [(r[0], r[1]) for r in self._con.execute(f"DESCRIBE {sql}").fetchall()]
+            finally:
+                for r in sources:
+                    self._con.execute(f"DROP VIEW IF EXISTS temp.main.{quote_ident(r.name)}")
 
         return compile_view(name, tree, columns, describe)
 
@@ -181,7 +190,7 @@ class Site:
         return self._seq
 
     def relations(self) -> dict[str, str]:
-        """The crr relations held here: ``{name: kind}`` with kind replicated, remote or view."""
+        """The crr relations held here: ``{name: kind}`` with kind replicated, remote, source or view."""
         return {n: r.kind for n, r in self._rels.items()}
 
     def relation(self, name: str) -> Relation:
@@ -196,7 +205,7 @@ class Site:
         rel = self.relation(name)
         if rel.is_base:
             return {rel.name}
-        if rel.kind == "remote":
+        if rel.kind in ("remote", "source"):
             return set(rel.lineage)
         assert rel.plan is not None
         out: set[str] = set()
@@ -208,6 +217,8 @@ class Site:
         """Each AUG tuple's provenance in canonical form: ``{values: [sorted ids of each monomial]}``."""
         rel = self.relation(name)
         self._check_open()
+        if not rel.stored:
+            raise CatalogError(f"{rel.name} is a remote source that keeps no tuples at this site (no view joins it)")
         if rel.is_base:
             rows = self._con.execute(f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}").fetchall()
             return {tuple(r[:-1]): [[r[-1]]] for r in rows}
@@ -253,6 +264,10 @@ class Site:
         self._rewritten.clear()
 
     def _other(self, stmt: Other, params) -> list[tuple]:
+        for t in stmt.tables:
+            if t in self._rels and self._rels[t].kind == "source":
+                raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
+                                   "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
         if not stmt.read_only:
             touched = {t for t in stmt.tables if t in self._rels or t == f"{SCHEMA}."}
             if touched:
@@ -280,7 +295,8 @@ class Site:
                 type_family(c.type)
             rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                            key=stmt.key if stmt.kind == "replicated" else [],
-                           not_null=[c.name for c in stmt.columns if c.not_null], indexed=False)
+                           not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
+                           stored=stmt.kind != "source")
             self._add_relation(rel)
         self._rels[rel.name] = rel
         return []
@@ -302,7 +318,7 @@ class Site:
         for ddl in aug_ddl(rel):
             self._con.execute(ddl)
         pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
-        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
+        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):
@@ -316,7 +332,13 @@ class Site:
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind="view", columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1)
+        to_store = self._sources_to_store(plan)
         with self._transaction():
+            for source in to_store:
+                source.stored = True
+                for ddl in aug_ddl(source):
+                    self._con.execute(ddl)
+                self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
             self._add_relation(rel)
             self._rels[rel.name] = rel
             try:
@@ -325,6 +347,27 @@ class Site:
                 del self._rels[rel.name]
                 raise
         return []
+
+    def _sources_to_store(self, plan) -> list[Relation]:
+        """The remote sources a new view needs kept that are not kept yet (refusing those that already got data).
+
+        A join reads its inputs' whole state, so a source a view joins must keep its tuples; a view
+        created after a source received data cannot be filled from it unless the source kept them.
+        """
+        joined = {o.relation for b in plan.branches if len(b.occurrences) > 1 for o in b.occurrences}
+        out = []
+        for name in plan.inputs:
+            source = self._rels[name]
+            if source.stored:
+                continue
+            if source.lineage:
+                raise CatalogError(
+                    f"remote source {name} has already received data without keeping its tuples, so a new view "
+                    f"over it cannot be filled; create views over a source before merging into it, or declare "
+                    f"{name} as CREATE REMOTE TABLE")
+            if name in joined:
+                out.append(source)
+        return out
 
     def _maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
@@ -350,7 +393,7 @@ class Site:
             if stmt.if_exists:
                 return []
             raise CatalogError(f"no {self._kind_text(stmt.kind)} named {stmt.name} at this site")
-        wanted = {"table": ("replicated", "remote"), "view": ("view",)}.get(stmt.plain, (stmt.kind,))
+        wanted = {"table": ("replicated", "remote", "source"), "view": ("view",)}.get(stmt.plain, (stmt.kind,))
         if rel.kind not in wanted:
             raise CatalogError(f"{stmt.name} is a {self._kind_text(rel.kind)}; "
                                f"use DROP {self._kind_text(rel.kind).upper()} {stmt.name}")
@@ -373,7 +416,8 @@ class Site:
 
     @staticmethod
     def _kind_text(kind: str | None) -> str:
-        return {"replicated": "replicated table", "remote": "remote table", "view": "materialized view"}.get(
+        return {"replicated": "replicated table", "remote": "remote table", "source": "remote source",
+                "view": "materialized view"}.get(
             kind or "", "relation")
 
     def _writable(self, name: str) -> Relation:
@@ -384,6 +428,7 @@ class Site:
             raise ReadOnlyRelationError(
                 f"{name} is a {self._kind_text(rel.kind)} and cannot be written here; "
                 + ("its contents follow its query" if rel.kind == "view" else
+                   "it only feeds this site's views" if rel.kind == "source" else
                    "it changes only by merging changesets from the sites that hold it"))
         return rel
 
@@ -488,9 +533,12 @@ class Site:
         """
         self._check_open()
         since = since or 0
-        names = [r.lower() for r in relations] if relations is not None else list(self._rels)
+        names = ([r.lower() for r in relations] if relations is not None else
+                 [n for n, r in self._rels.items() if r.kind != "source"])
         for n in names:
-            self.relation(n)
+            if self.relation(n).kind == "source":
+                raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
+                                   "get its changes from the sites that hold it")
         con = self._con
         with self._transaction():
             cursor = int(con.execute(f"SELECT v FROM {SCHEMA}.meta WHERE k = 'seq'").fetchall()[0][0])
@@ -546,7 +594,7 @@ class Site:
                 lineage: set[str] = set()
                 for i, (rel, rc) in enumerate(held):
                     lineage |= set(rc.lineage)
-                    if rel.kind == "remote" and not set(rc.lineage) <= rel.lineage:
+                    if rel.kind in ("remote", "source") and not set(rc.lineage) <= rel.lineage:
                         rel.lineage |= set(rc.lineage)
                         con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
                                     [relation_row(rel, 0)[6], rel.name])
@@ -581,15 +629,16 @@ class Site:
                     for name in self._rels:
                         interest |= self.lineage(name)
                     rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
-                    cl = self._load("_crr_in_cl", cs.cl, registered,
-                                    [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
-                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths",
-                                    "id, rel, CASE WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN "
-                                    "error('crr: causal-length entries need an id, a relation and a length >= 1') "
-                                    "ELSE cl END AS cl, kh, stamp", f"WHERE rel IN ({rels})")
-                    keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
+                    # read straight from Arrow by the maintainer's one query over it (checked there)
+                    view = self._register("_crr_in_cl", cs.cl, registered,
+                                          [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
+                                           ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
+                    batch.cl = f"""(SELECT id, rel, CASE WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
+                        error('crr: causal-length entries need an id, a relation and a length >= 1') ELSE cl END AS cl,
+                        kh, stamp FROM {view} WHERE rel IN ({rels}))"""
+                    nulls = cs.cl.column("kh").null_count
+                    batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
                     names = cs.cl.column("rel").unique().to_pylist()
-                    batch.cl, batch.cl_keyed = cl, keyed
                     batch.cl_relation = names[0] if len(names) == 1 else None
                 result = self._apply(batch) if held else BatchResult()
                 if track:
@@ -636,9 +685,9 @@ class Site:
                 f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
                 f"declares {rel.schema_text()}; the primary keys differ")
 
-    def _load(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
-              what: str, select: str = "*", where: str = "") -> str:
-        """Copy an Arrow table into a temp table after checking its column names and types."""
+    def _register(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
+                  what: str) -> str:
+        """Register an Arrow table as a view after checking its column names and types; return the view."""
         con = self._con
         view = f"{name}_arrow"
         con.register(view, table)
@@ -649,6 +698,12 @@ class Site:
             if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
                 raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
             self._accepted[key] = table.schema  # the next payload with this Arrow schema needs no DESCRIBE
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view} {where}")
+        return view
+
+    def _load(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
+              what: str, select: str = "*") -> str:
+        """Copy an Arrow table into a temp table after checking its column names and types."""
+        view = self._register(name, table, registered, expected, what)
+        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view}")
         registered.append(name)
         return name

@@ -78,7 +78,8 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
         SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl, max(stamp) AS stamp,
                any_value(old_vis) AS old_vis
         FROM ({' UNION ALL '.join(parts)}) GROUP BY id""").fetchall()[0][0]
-    batch = Batch(cl="_crr_wcl", cl_relation=rel.name, cl_keyed=keyed, cl_changes=changes)
+    batch = Batch(cl=temp_table("_crr_wcl"), cl_relation=rel.name, cl_keyed=keyed, cl_unkeyed=not keyed,
+                  cl_changes=changes)
     if new is not None:
         batch.base[rel.name] = "_crr_wnew"  # (id, kh, cols...): the pipeline reads id and the columns
     return batch

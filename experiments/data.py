@@ -18,8 +18,8 @@ import random
 
 import pyarrow as pa
 
-R1_DDL = "CREATE {kind} TABLE r1 (a INTEGER, b INTEGER, c INTEGER, d INTEGER, e VARCHAR{key})"
-R2_DDL = "CREATE {kind} TABLE r2 (k INTEGER, c INTEGER{key})"
+R1_DDL = "CREATE {kind} r1 (a INTEGER, b INTEGER, c INTEGER, d INTEGER, e VARCHAR{key})"
+R2_DDL = "CREATE {kind} r2 (k INTEGER, c INTEGER{key})"
 VIEWS = {
     "project": "SELECT b, c FROM r1",
     "join": "SELECT r1.a, r1.b, r1.c, r1.d, r1.e, r2.k FROM r1 JOIN r2 ON r1.c = r2.c",
@@ -49,6 +49,6 @@ def r2_rows(seed: int = 2) -> pa.Table:
 
 
 def ddl(kind: str, keyed: bool = True) -> list[str]:
-    """DDL of R1 and R2 as crr relations of the given kind (REPLICATED or REMOTE)."""
+    """DDL of R1 and R2 as crr relations of the given kind (``REPLICATED TABLE``, ``REMOTE SOURCE``...)."""
     return [R1_DDL.format(kind=kind, key=", PRIMARY KEY (a)" if keyed else ""),
             R2_DDL.format(kind=kind, key=", PRIMARY KEY (k)" if keyed else "")]

@@ -19,7 +19,7 @@ from experiments.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 
 def _site(path: str) -> Site:
     site = Site(path, site_id="dst")
-    for stmt in ddl("REPLICATED"):
+    for stmt in ddl("REPLICATED TABLE"):
         site.execute(stmt)
     for view, name in VIEW_NAMES.items():
         site.execute(f"CREATE MATERIALIZED VIEW {name} AS {VIEWS[view]}")
@@ -31,7 +31,7 @@ def run(sizes: list[int], repeat: int, progress: Callable[[str], None] = lambda 
     records = []
     with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
         src = Site(os.path.join(folder, "src.duckdb"), site_id="src")
-        for stmt in ddl("REPLICATED"):
+        for stmt in ddl("REPLICATED TABLE"):
             src.execute(stmt)
         src.insert_many("r2", r2_rows())
         r2_bytes = src.changes(relations=["r2"]).to_bytes()

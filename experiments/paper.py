@@ -2,7 +2,8 @@
 
 For each view (pi_BC R1, and R1 join R2 with |R2| = 1000) a view site receives the stream of a base
 site: first ``max(sizes)`` inserts into R1, then deletes of ``max(sizes)`` of those rows, in batches.
-crr's view site declares R1 and R2 as remote tables and merges the changesets; Gupta's view site
+crr's view site declares R1 and R2 as remote sources (no readable copy; their tuples are kept, hidden,
+only where a view joins them, as in the paper) and merges the changesets; Gupta's view site
 applies the same rows by counting. Only the view sites' work is timed. The time for N is the time
 to process the first N inserts (or deletes) of the stream; memory is measured (see
 :mod:`experiments.state`) at each N in the first repetition.
@@ -27,7 +28,7 @@ Progress = Callable[[str], None]
 
 def _crr_site(path: str, view: str, r2_changeset) -> Site:
     site = Site(path, site_id="view")
-    for stmt in ddl("REMOTE", keyed=False):
+    for stmt in ddl("REMOTE SOURCE", keyed=False):
         site.execute(stmt)
     site.execute(f"CREATE MATERIALIZED VIEW {VIEW_NAMES[view]} AS {VIEWS[view]}")
     site.merge(r2_changeset)
@@ -35,7 +36,7 @@ def _crr_site(path: str, view: str, r2_changeset) -> Site:
 
 
 class _Crr:
-    """crr view site: remote R1 and R2, the view, merging changesets."""
+    """crr view site: remote sources R1 and R2, the view, merging changesets."""
 
     def __init__(self, path: str, view: str, streams) -> None:
         self.site = _crr_site(path, view, streams.r2)

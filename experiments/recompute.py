@@ -30,7 +30,7 @@ def run(base: int, deltas: list[int], repeat: int, progress: Callable[[str], Non
         progress(f"loading {base} rows into the base site, the view site, Gupta and plain DuckDB")
         src = Site(os.path.join(folder, "src.duckdb"), site_id="src")
         view = Site(os.path.join(folder, "view.duckdb"), site_id="view")
-        for stmt in ddl("REPLICATED"):
+        for stmt in ddl("REPLICATED TABLE"):
             src.execute(stmt)
             view.execute(stmt)
         view.execute(f"CREATE MATERIALIZED VIEW {name} AS {VIEWS['join']}")

@@ -7,7 +7,8 @@ the Arrow in-memory size (``pyarrow.Table.nbytes``) of the tables holding it, re
   causal-length entries of the base relations in its lineage (``_crr.cl``), which ``in?`` needs;
 * Gupta counting: the view table with its counts.
 
-Both sides also keep their input relations for the join view (crr: R1, R2 replicas; Gupta: copies of
+Both sides also keep their input relations for the join view (crr: the hidden tuples of the R1 and R2
+sources; Gupta: copies of
 R1 and R2); those are comparable and not counted. The APP table of a crr view (the user's columns
 only) equals Gupta's view minus the count column and is not counted either.
 """

@@ -64,7 +64,7 @@ class PaperStreams:
 def paper_streams(r1: pa.Table, r2: pa.Table, batch: int, delete_n: int) -> PaperStreams:
     """Insert all of ``r1`` at a base site, then delete its first ``delete_n`` rows; cut both into batches."""
     base = Site(site_id="base")
-    for stmt in ddl("REPLICATED"):
+    for stmt in ddl("REPLICATED TABLE"):
         base.execute(stmt)
     base.insert_many("r2", r2)
     r2_cs = base.changes(relations=["r2"])

@@ -1,7 +1,7 @@
 """Parse one SQL statement and classify it: crr DDL, DML, or something DuckDB runs as it is.
 
-crr extends DuckDB's SQL with ``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE`` and
-``CREATE MATERIALIZED VIEW`` (and their ``DROP``). Identifiers are case-insensitive: unquoted and
+crr extends DuckDB's SQL with ``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE``,
+``CREATE REMOTE SOURCE`` and ``CREATE MATERIALIZED VIEW`` (and their ``DROP``). Identifiers are case-insensitive: unquoted and
 quoted names are folded to lower case, as DuckDB compares them.
 """
 
@@ -18,10 +18,10 @@ from crr.errors import SqlError, UnsupportedSqlError
 
 DIALECT = "duckdb"
 
-_CREATE_TABLE = re.compile(r"^\s*create\s+(replicated|remote)\s+table\s+", re.I)
+_CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
 _CREATE_VIEW = re.compile(r"^\s*create\s+(or\s+replace\s+)?materialized\s+view\s+", re.I)
 _DROP = re.compile(
-    r"^\s*drop\s+(replicated\s+table|remote\s+table|materialized\s+view|table|view)\s+"
+    r"^\s*drop\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view|table|view)\s+"
     r"(if\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)\s*;?\s*$",
     re.I,
 )
@@ -40,9 +40,9 @@ class ColumnDecl:
 
 @dataclass
 class CreateTable:
-    """``CREATE REPLICATED TABLE`` or ``CREATE REMOTE TABLE``."""
+    """``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE`` or ``CREATE REMOTE SOURCE``."""
 
-    kind: str  # "replicated" | "remote"
+    kind: str  # "replicated" | "remote" | "source"
     name: str
     columns: list[ColumnDecl]
     key: list[str]
@@ -63,7 +63,7 @@ class CreateView:
 class Drop:
     """``DROP`` of a crr relation; ``kind`` is the kind the statement named, if any."""
 
-    kind: str | None  # "replicated" | "remote" | "view" | None (plain DROP TABLE / DROP VIEW)
+    kind: str | None  # "replicated" | "remote" | "source" | "view" | None (plain DROP TABLE / DROP VIEW)
     name: str
     if_exists: bool
     plain: str = ""  # "table" or "view" for a plain DROP
@@ -123,7 +123,7 @@ def classify(sql: str) -> Statement:
     """Parse and classify one statement."""
     m = _CREATE_TABLE.match(sql)
     if m:
-        return _create_table(m.group(1).lower(), "CREATE TABLE " + sql[m.end():])
+        return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + sql[m.end():])
     m = _CREATE_VIEW.match(sql)
     if m:
         if m.group(1):
@@ -134,7 +134,7 @@ def classify(sql: str) -> Statement:
     m = _DROP.match(sql)
     if m:
         words = m.group(1).lower().split()
-        kind = {"replicated": "replicated", "remote": "remote", "materialized": "view"}.get(words[0])
+        kind = _kind_of(m.group(1)) if len(words) == 2 else None
         return Drop(kind=kind, name=normalize_name(m.group(3)), if_exists=bool(m.group(2)),
                     plain="" if kind else words[0])
     try:
@@ -161,12 +161,20 @@ def classify(sql: str) -> Statement:
     return Other(sql=sql, tree=tree, read_only=read_only, tables=tables | {f"{s}." for s in schemas})
 
 
+def _kind_of(words: str) -> str:
+    """The relation kind a DDL phrase names: ``remote source`` -> source, ``remote table`` -> remote..."""
+    first, second = words.lower().split()
+    return {"replicated": "replicated", "materialized": "view"}.get(first) or (
+        "source" if second == "source" else "remote")
+
+
 def _create_table(kind: str, sql: str) -> CreateTable:
     tree = parse_one(sql)
+    what = {"replicated": "REPLICATED TABLE", "remote": "REMOTE TABLE", "source": "REMOTE SOURCE"}[kind]
     if not isinstance(tree, exp.Create) or not isinstance(tree.this, exp.Schema):
-        raise SqlError(f"CREATE {kind.upper()} TABLE needs a column list: CREATE {kind.upper()} TABLE name (col type, ...)")
+        raise SqlError(f"CREATE {what} needs a column list: CREATE {what} name (col type, ...)")
     if tree.expression is not None:
-        raise UnsupportedSqlError(f"CREATE {kind.upper()} TABLE ... AS SELECT is not supported; create the table, then INSERT ... SELECT")
+        raise UnsupportedSqlError(f"CREATE {what} ... AS SELECT is not supported; create the table, then INSERT ... SELECT")
     schema = tree.this
     name = schema.this.name
     if schema.this.db:

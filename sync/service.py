@@ -280,7 +280,8 @@ class SyncService:
             log.info("disconnected from %s", link.peer)
 
     def _serves_message(self) -> dict:
-        rels = [[name, self.site.relation(name).fingerprint, kind] for name, kind in self.site.relations().items()]
+        rels = [[name, self.site.relation(name).fingerprint, kind] for name, kind in self.site.relations().items()
+                if kind != "source"]  # a source keeps no copy to serve
         return {"t": "serves", "relations": rels, "cursor": self.site.cursor}
 
     # -- messages ---------------------------------------------------------------------------------
@@ -295,7 +296,8 @@ class SyncService:
             link.wanted.set()
         elif t == "pull":
             rel, since, rid = m.get("relation"), m.get("since", 0), m.get("rid")
-            if rel not in self.site.relations() or not isinstance(since, int):
+            if not isinstance(rel, str) or self.site.relations().get(rel, "source") == "source" \
+                    or not isinstance(since, int):
                 await link.send({"t": "error", "rid": rid, "message": f"this site does not serve {rel!r}"})
                 return
             data = self.site.changes(since=since, relations=[rel]).to_bytes()
