@@ -129,6 +129,7 @@ class Maintainer:
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
         self.newly_indexed: list[Relation] = []  # to undo in memory if the transaction rolls back
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
+        self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
 
     # -- helpers -------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ class Maintainer:
         """
         n = f"""(SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
                         max(coalesce(stamp, 0::UHUGEINT)) AS stamp FROM {batch.cl} GROUP BY id)"""
-        parts = []
+        ctes, parts = [f"n AS {n}"], []
         if batch.cl_unkeyed is not False:
             parts.append(f"""
                 SELECT n.id, n.rel, n.kh, greatest(n.cl, c.cl) AS cl, greatest(n.stamp, c.stamp) AS stamp,
@@ -241,19 +242,24 @@ class Maintainer:
                 FROM n LEFT JOIN _crr.cl c ON c.id = n.id
                 WHERE n.kh IS NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp)""")
         if batch.cl_keyed is not False:
+            # every version of the batch's keys, merged; a version is visible when it is present and
+            # has its key's largest stamp among present versions (a GROUP BY: windows are slower here)
+            versions = """(SELECT coalesce(n.id, c.id) AS id, coalesce(n.rel, c.rel) AS rel,
+                                  coalesce(n.kh, c.kh) AS kh, greatest(n.cl, c.cl) AS cl,
+                                  greatest(n.stamp, c.stamp) AS stamp, coalesce(c.vis, false) AS old_vis,
+                                  n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
+                           FROM (SELECT * FROM n WHERE kh IS NOT NULL) n
+                           FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
+                                      WHERE kh IN (SELECT kh FROM n WHERE kh IS NOT NULL)) c ON c.id = n.id)"""
+            ctes.append(f"v AS {versions}")
             parts.append("""
-                SELECT id, rel, kh, cl, stamp, old_vis, vis, grew FROM (
-                    SELECT *, coalesce(cl % 2 = 1 AND stamp = max(CASE WHEN cl % 2 = 1 THEN stamp END)
-                                                                 OVER (PARTITION BY kh), false) AS vis
-                    FROM (SELECT coalesce(n.id, c.id) AS id, coalesce(n.rel, c.rel) AS rel,
-                                 coalesce(n.kh, c.kh) AS kh, greatest(n.cl, c.cl) AS cl,
-                                 greatest(n.stamp, c.stamp) AS stamp, coalesce(c.vis, false) AS old_vis,
-                                 n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
-                          FROM (SELECT * FROM n WHERE kh IS NOT NULL) n
-                          FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
-                                     WHERE kh IN (SELECT kh FROM n WHERE kh IS NOT NULL)) c ON c.id = n.id))
+                SELECT * FROM (
+                    SELECT v.id, v.rel, v.kh, v.cl, v.stamp, v.old_vis,
+                           coalesce(v.cl % 2 = 1 AND v.stamp = w.top, false) AS vis, v.grew
+                    FROM v JOIN (SELECT kh, max(stamp) FILTER (WHERE cl % 2 = 1) AS top FROM v GROUP BY kh) w
+                         ON w.kh = v.kh)
                 WHERE grew OR vis <> old_vis""")
-        return f"WITH n AS {n} " + " UNION ALL ".join(parts)
+        return "WITH " + ", ".join(ctes) + " " + " UNION ALL ".join(parts)
 
     # 2. base tuples -----------------------------------------------------------------------------
     def _merge_base(self, rel: Relation, table: str) -> None:
@@ -307,12 +313,20 @@ class Maintainer:
         changed = {r for r in plan.inputs if r in self.new_base or r in self.new_derived}
         if not changed:
             return
-        queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
-        union = " UNION ALL ".join(f"({q})" for q in queries)
-        cand = f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
-                          {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
-                   FROM ({union}) p"""
-        single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
+        # the plans are compiled once; their SQL text depends only on where each changed input's
+        # delta is read from, so it is generated once per such combination (``sql_cache``, per site)
+        key = (view.name, tuple((r, temp_table(self.new_base[r]) if r in self.new_base else self.new_derived[r])
+                                for r in sorted(changed)))
+        cached = self.sql_cache.get(key)
+        if cached is None:
+            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
+            union = " UNION ALL ".join(f"({q})" for q in queries)
+            cand = f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
+                              {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
+                       FROM ({union}) p"""
+            single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
+            cached = self.sql_cache[key] = (cand, single_base)
+        cand, single_base = cached
         self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:

@@ -90,6 +90,7 @@ class Site:
         self._parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
         self._accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
         self._rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries
+        self._delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
         self._closed = False
         try:
             self._open(site_id)
@@ -259,9 +260,10 @@ class Site:
         return stmt
 
     def _forget_statements(self) -> None:
-        """Drop cached DML (after DDL, whose column lists the rewrites depend on)."""
+        """Drop cached DML and delta SQL (after DDL, which they depend on)."""
         self._parsed.clear()
         self._rewritten.clear()
+        self._delta_sql.clear()
 
     def _other(self, stmt: Other, params) -> list[tuple]:
         for t in stmt.tables:
@@ -373,6 +375,7 @@ class Site:
         """A maintainer for one transaction, writing with the next sequence number."""
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
         m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
+        m.sql_cache = self._delta_sql
         return m
 
     def _populate(self, view: Relation) -> None:
