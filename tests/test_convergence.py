@@ -3,7 +3,9 @@
 Three sites hold replicated tables r and s (unkeyed and keyed variants); a view site V1 holds r and
 s as remote tables with views of every SPJR+UNION shape; a second view site V2 holds V1's view
 ``j2`` and the table s as remote tables (s forwarded through V1 or straight from a base site) with
-a view over them. Random local writes and random deliveries of changesets (stale cursors, full
+a view over them. A third view site V3 declares r and s as remote sources: r feeds only
+select/project/union views (so V3 keeps no tuples of it), s feeds a self join (so they are kept);
+it receives from the base sites and from V1. Random local writes and random deliveries of changesets (stale cursors, full
 snapshots, replays of old changesets, duplicates, any order) run first; then every edge delivers
 until quiescence, and the test checks that base replicas have equal APP and AUG state and every
 view equals plain DuckDB evaluating its SQL over the converged base tables.
@@ -28,10 +30,17 @@ VIEWS = [
     ("vov", "SELECT a, c FROM j2 WHERE c >= 1"),
 ]
 V2_VIEW = ("far", "SELECT j2.a, s.c FROM j2 JOIN s ON j2.c = s.b")
+V3_VIEWS = [
+    ("sel", "SELECT a, b FROM r WHERE a >= 1 AND b IS NOT NULL"),
+    ("proj", "SELECT b FROM r"),
+    ("uni", "SELECT a AS x FROM r UNION SELECT b FROM r WHERE a = 0"),
+    ("ss", "SELECT x.b, y.c FROM s x JOIN s y ON x.c = y.b"),
+]
 BASES = ["A", "B", "C"]
 EDGES = ([(x, y, t) for x in BASES for y in BASES if x != y for t in ("r", "s")]
          + [(x, "V1", t) for x in BASES for t in ("r", "s")]
-         + [("V1", "V2", "j2"), ("V1", "V2", "s"), ("A", "V2", "s")])
+         + [("V1", "V2", "j2"), ("V1", "V2", "s"), ("A", "V2", "s")]
+         + [(x, "V3", t) for x in BASES + ["V1"] for t in ("r", "s")])
 
 vals = st.one_of(st.none(), st.integers(0, 3))
 ops = st.lists(st.one_of(
@@ -46,7 +55,7 @@ ops = st.lists(st.one_of(
 
 
 def build(keyed: bool) -> dict[str, crr.Site]:
-    sites = {n: crr.Site(site_id=n) for n in BASES + ["V1", "V2"]}
+    sites = {n: crr.Site(site_id=n) for n in BASES + ["V1", "V2", "V3"]}
     key = ", PRIMARY KEY (a)" if keyed else ""
     for n in BASES:
         sites[n].execute(f"CREATE REPLICATED TABLE r (a INT, b INT{key})")
@@ -58,6 +67,11 @@ def build(keyed: bool) -> dict[str, crr.Site]:
     sites["V2"].execute("CREATE REMOTE TABLE j2 (a INT, b INT, c INT)")
     sites["V2"].execute("CREATE REMOTE TABLE s (b INT, c INT)")
     sites["V2"].execute(f"CREATE MATERIALIZED VIEW {V2_VIEW[0]} AS {V2_VIEW[1]}")
+    sites["V3"].execute("CREATE REMOTE SOURCE r (a INT, b INT)")
+    sites["V3"].execute("CREATE REMOTE SOURCE s (b INT, c INT)")
+    for name, sql in V3_VIEWS:
+        sites["V3"].execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    assert not sites["V3"].relation("r").stored and sites["V3"].relation("s").stored
     return sites
 
 
@@ -118,6 +132,8 @@ def check(sites: dict[str, crr.Site]) -> None:
     assert aug(sites["V2"], "j2") == aug(sites["V1"], "j2")
     expected = reference(base, schemas, VIEWS, V2_VIEW[1])
     assert app(sites["V2"], "far") == expected
+    for name, sql in V3_VIEWS:
+        assert app(sites["V3"], name) == reference(base, schemas, [], sql), f"V3 view {name} differs from DuckDB"
 
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
