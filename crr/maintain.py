@@ -43,12 +43,14 @@ class Batch:
     """Temp-table names of the changes to apply (see the module docstring)."""
 
     cl: str | None = None  # FROM text (a temp table or a subquery) of the causal-length entries
-    base: dict[str, str] = field(default_factory=dict)
-    derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    base: dict[str, str] = field(default_factory=dict)  # FROM texts of base tuples (id, cols...)
+    derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # FROM texts (tuples, monomials)
     cl_relation: str | None = None  # set when every causal-length entry is of this one relation
     cl_keyed: bool | None = None  # whether some entries carry key hashes, when known
     cl_unkeyed: bool | None = None  # whether some entries carry none, when known
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
+    local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
+    app_changes: dict[str, str] = field(default_factory=dict)  # relation -> SQL (cols, keep) of exact APP changes
 
 
 @dataclass
@@ -122,7 +124,7 @@ class Maintainer:
         self.seq = seq
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
-        self.new_base: dict[str, str] = {}  # relation -> temp table of its new tuples (id, cols)
+        self.new_base: dict[str, str] = {}  # relation -> FROM text of its new tuples (id, cols)
         self.new_derived: dict[str, str] = {}  # relation -> FROM text of new monomials (vid, mid, ids, cols)
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
@@ -131,6 +133,7 @@ class Maintainer:
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
+        self.batch: Batch | None = None
 
     # -- helpers -------------------------------------------------------------------------------
     def x(self, sql: str, params: list | None = None) -> int:
@@ -164,9 +167,10 @@ class Maintainer:
     # -- the pipeline --------------------------------------------------------------------------
     def apply(self, batch: Batch, view_order: list[str]) -> BatchResult:
         """Apply a batch (see module docstring) and return what changed."""
+        self.batch = batch
         self._merge_cl(batch)
         for rel, table in batch.base.items():
-            self._merge_base(self.rels[rel], table)
+            self._merge_base(self.rels[rel], table, batch.local_write)
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], tuples, monos)
         for name in view_order:
@@ -188,7 +192,7 @@ class Maintainer:
                 continue  # a source keeping nothing has received nothing yet (see Site._sources_to_store)
             if rel.is_base:
                 self.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
-                self.new_base[r] = name
+                self.new_base[r] = temp_table(name)
             else:
                 self.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
                                     JOIN {rel.aug('t')} t ON t.vid = m.vid""")
@@ -236,7 +240,7 @@ class Maintainer:
                         max(coalesce(stamp, 0::UHUGEINT)) AS stamp FROM {batch.cl} GROUP BY id)"""
         ctes, parts = [f"n AS {n}"], []
         if batch.cl_unkeyed is not False:
-            parts.append(f"""
+            parts.append("""
                 SELECT n.id, n.rel, n.kh, greatest(n.cl, c.cl) AS cl, greatest(n.stamp, c.stamp) AS stamp,
                        coalesce(c.vis, false) AS old_vis, greatest(n.cl, c.cl) % 2 = 1 AS vis, true AS grew
                 FROM n LEFT JOIN _crr.cl c ON c.id = n.id
@@ -262,13 +266,19 @@ class Maintainer:
         return "WITH " + ", ".join(ctes) + " " + " UNION ALL ".join(parts)
 
     # 2. base tuples -----------------------------------------------------------------------------
-    def _merge_base(self, rel: Relation, table: str) -> None:
+    def _merge_base(self, rel: Relation, table: str, local: bool = False) -> None:
+        if local:  # the written rows act as the delta; views drop the derivations they already hold
+            n = self.x(f"""INSERT INTO {rel.aug('t')} SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq}
+                           FROM {table} n ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
+            self.new_base[rel.name] = table
+            self.counts(rel.name).new_tuples += n
+            return
         name = f"_crr_new_{rel.name}"
-        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {temp_table(table)} n
+        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {table} n
                                 ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
         if n:
             self.x(f"INSERT INTO {rel.aug('t')} SELECT id, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
-            self.new_base[rel.name] = name
+            self.new_base[rel.name] = temp_table(name)
             self.counts(rel.name).new_tuples += n
 
     # 3. derived tuples received directly ----------------------------------------------------------
@@ -276,12 +286,12 @@ class Maintainer:
         """Add a changeset's tuples and monomials of a view or remote table (``monos`` None: the
         source holds the relation as a replicated table, each tuple its own single monomial)."""
         if monos is None:
-            cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {temp_table(tuples)}"
+            cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {tuples}"
             width: tuple[int, int] | None = (1, 1)
         else:
             cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
-                       FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {temp_table(monos)}) m
-                       JOIN (SELECT DISTINCT ON (vid) * FROM {temp_table(tuples)}) t ON t.vid = m.vid"""
+                       FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {monos}) m
+                       JOIN (SELECT DISTINCT ON (vid) * FROM {tuples}) t ON t.vid = m.vid"""
             width = None
         if rel.stored:
             self._add_monomials(rel, cand, dedup=True, width=width)
@@ -298,7 +308,7 @@ class Maintainer:
     def _source(self, relation: str, delta: bool) -> exp.Expression:
         rel = self.rels[relation]
         if rel.is_base:
-            table = temp_table(self.new_base[relation]) if delta else rel.aug("t")
+            table = self.new_base[relation] if delta else rel.aug("t")
             sql = f"SELECT {cols_sql(rel)}, [id] AS {IDS} FROM {table}"
         elif delta:
             sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {self.new_derived[relation]}"
@@ -315,7 +325,7 @@ class Maintainer:
             return
         # the plans are compiled once; their SQL text depends only on where each changed input's
         # delta is read from, so it is generated once per such combination (``sql_cache``, per site)
-        key = (view.name, tuple((r, temp_table(self.new_base[r]) if r in self.new_base else self.new_derived[r])
+        key = (view.name, tuple((r, self.new_base[r] if r in self.new_base else self.new_derived[r])
                                 for r in sorted(changed)))
         cached = self.sql_cache.get(key)
         if cached is None:
@@ -453,6 +463,13 @@ class Maintainer:
         Values of new tuples come from the batch; the AUG table and ``_crr.cl`` are probed only for
         the rows that need them (an empty probe list makes DuckDB skip the big table's scan).
         """
+        exact = self.batch.app_changes.get(rel.name) if self.batch else None
+        if exact is not None:
+            ins, dele = patch_app(self.con, rel, exact)
+            counts = self.counts(rel.name)
+            counts.inserted += ins
+            counts.deleted += dele
+            return
         flipped = rel.name in self.flipped_rels
         new = self.new_base.get(rel.name)
         if not flipped and new is None:
@@ -460,14 +477,14 @@ class Maintainer:
         flips = f"(SELECT id, vis FROM {self.flips} WHERE rel = {quote_str(rel.name)})"
         parts = []
         if flipped and new is not None:
-            parts.append(f"SELECT {cols_sql(rel, 'n')}, f.vis AS keep FROM {temp_table(new)} n "
+            parts.append(f"SELECT {cols_sql(rel, 'n')}, f.vis AS keep FROM {new} n "
                          f"JOIN {flips} f ON f.id = n.id")
         if flipped:
-            older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {temp_table(new)} n ON n.id = f.id)"
+            older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {new} n ON n.id = f.id)"
             parts.append(f"SELECT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
         if new is not None:  # new tuples whose entries came in an earlier batch and are visible
-            quiet = temp_table(new) if not flipped else \
-                f"(SELECT n.* FROM {temp_table(new)} n ANTI JOIN {flips} f ON f.id = n.id)"
+            quiet = new if not flipped else \
+                f"(SELECT n.* FROM {new} n ANTI JOIN {flips} f ON f.id = n.id)"
             parts.append(f"SELECT {cols_sql(rel, 'n')}, true AS keep FROM {quiet} n "
                          f"JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
         ins, dele = patch_app(self.con, rel, " UNION ALL ".join(parts))

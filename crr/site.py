@@ -120,14 +120,34 @@ class Site:
         if int(meta["version"]) > STORAGE_VERSION:
             raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
         self.site_id: str = meta["site_id"]
-        self._seq = int(meta["seq"])
-        self._clock = HybridClock(self.site_id, int(meta["hlc"]))
         rows = con.execute(f"SELECT * FROM {SCHEMA}.relations ORDER BY position").fetchall()
         for row in rows:
             rel = relation_from_row(row)
             if rel.kind == "view":
                 rel.plan = self._compile(rel.name, rel.definition or "")
             self._rels[rel.name] = rel
+        self._seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
+        self._clock = HybridClock(self.site_id, last)
+
+    def _recover_counters(self, seq: int, hlc: int) -> tuple[int, int]:
+        """The sequence number and clock at open: the stored ones, or what the AUG rows show if larger.
+
+        Writes and merges do not update ``_crr.meta`` (one statement less per transaction): every
+        one of them stores its sequence number in the AUG rows it writes and its stamps in
+        ``_crr.cl``, so the largest of those is the counter. DDL, which can drop such rows, and
+        ``close`` store both counters in ``_crr.meta``.
+        """
+        tables = ["_crr.cl"] + [rel.aug(s) for rel in self._rels.values() if rel.stored
+                                for s in (("t",) if rel.is_base else ("t", "m"))]
+        union = " UNION ALL ".join(f"SELECT max(seq) AS s FROM {t}" for t in tables)
+        seen = self._con.execute(f"SELECT max(s) FROM ({union})").fetchall()[0][0] or 0
+        stamp = self._con.execute(f"SELECT max(stamp) FROM {SCHEMA}.cl").fetchall()[0][0] or 0
+        return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
+
+    def _save_counters(self) -> None:
+        """Store the sequence number and clock in ``_crr.meta`` (see :meth:`_recover_counters`)."""
+        self._con.execute(f"UPDATE {SCHEMA}.meta SET v = CASE k WHEN 'seq' THEN ? ELSE ? END "
+                          "WHERE k IN ('seq', 'hlc')", [str(self._seq), str(self._clock.last)])
 
     def _compile(self, name: str, sql: str):
         from sql.statements import parse_one
@@ -158,6 +178,10 @@ class Site:
         """Close the site; committed state is durable in its file."""
         if not self._closed:
             self._closed = True
+            try:
+                self._save_counters()
+            except duckdb.Error:
+                pass  # the counters are recovered from the AUG rows at the next open
             self._con.close()
 
     def __enter__(self) -> "Site":
@@ -335,19 +359,22 @@ class Site:
         rel = Relation(name=stmt.name, kind="view", columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1)
         to_store = self._sources_to_store(plan)
-        with self._transaction():
-            for source in to_store:
-                source.stored = True
-                for ddl in aug_ddl(source):
-                    self._con.execute(ddl)
-                self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
-            self._add_relation(rel)
-            self._rels[rel.name] = rel
-            try:
+        try:
+            with self._transaction():
+                for source in to_store:
+                    source.stored = True
+                    for ddl in aug_ddl(source):
+                        self._con.execute(ddl)
+                    self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
+                self._add_relation(rel)
+                self._rels[rel.name] = rel
                 self._populate(rel)
-            except BaseException:
-                del self._rels[rel.name]
-                raise
+                self._save_counters()
+        except BaseException:
+            self._rels.pop(rel.name, None)
+            for source in to_store:
+                source.stored = False
+            raise
         return []
 
     def _sources_to_store(self, plan) -> list[Relation]:
@@ -413,6 +440,7 @@ class Site:
                     remaining |= self.lineage(other.name)
             for base in self.lineage(rel.name) - remaining:
                 self._con.execute(f"DELETE FROM {SCHEMA}.cl WHERE rel = ?", [base])
+            self._save_counters()  # the rows dropped may have held the largest sequence number
         del self._rels[rel.name]
         self._widths.pop(rel.name, None)
         return []
@@ -447,22 +475,18 @@ class Site:
             rewrite = {"insert": dml.insert_rows, "update": dml.update_rows, "delete": dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         with self._transaction():
-            with _translated_errors():
-                query = rq.new or rq.old
-                assert query is not None
-                ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {query}"
-                count = (self._con.execute(ctas, params) if params else self._con.execute(ctas)).fetchall()[0][0]
-            old = new = None
-            if stmt.kind == "update":
-                self._con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_rows_old AS SELECT
-                    {', '.join(f'"_crr_old_{i}" AS {quote_ident(c)}' for i, c in enumerate(rel.column_names))}
-                    FROM temp.main._crr_rows""")
-                old, new = "_crr_rows_old", "_crr_rows"
+            if stmt.kind == "update":  # one query yields each row's old and new values
+                assert rq.new is not None
+                ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
+                with _translated_errors():
+                    count = (self._con.execute(ctas, params) if params else self._con.execute(ctas)).fetchall()[0][0]
+                olds = ", ".join(f'"_crr_old_{i}" AS {quote_ident(c)}' for i, c in enumerate(rel.column_names))
+                old = f"(SELECT {olds} FROM {temp_table('_crr_rows')})"
+                self._write(rel, old, temp_table("_crr_rows"))
             elif stmt.kind == "insert":
-                new = "_crr_rows"
+                count = self._write(rel, None, f"({rq.new})", params)
             else:
-                old = "_crr_rows"
-            self._write(rel, old, new)
+                count = self._write(rel, f"({rq.old})", None, params)
         return [(count,)]
 
     def insert_many(self, table: str, rows: Any) -> int:
@@ -497,16 +521,22 @@ class Site:
         with self._transaction():
             self._con.register("_crr_bulk", data)
             try:
-                with _translated_errors():
-                    self._con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_rows AS SELECT {casts} FROM _crr_bulk")
+                batch, _ = self._prepare(rel, None, f"(SELECT {casts} FROM _crr_bulk)")
             finally:
                 self._con.unregister("_crr_bulk")
-            self._write(rel, None, "_crr_rows")
+            self._apply(batch)
         return data.num_rows
 
-    def _write(self, rel: Relation, old: str | None, new: str | None) -> BatchResult:
-        batch = prepare_write(self._con, rel, old, new, self._clock)
-        return self._apply(batch)
+    def _prepare(self, rel: Relation, old: str | None, new: str | None, params=None) -> tuple[Batch, int]:
+        """The batch of a write whose removed/added rows ``old``/``new`` select (see prepare_write)."""
+        with _translated_errors():
+            return prepare_write(self._con, rel, old, new, self._clock, params)
+
+    def _write(self, rel: Relation, old: str | None, new: str | None, params=None) -> int:
+        """Apply a local write (inside the caller's transaction); return the rows it affected."""
+        batch, count = self._prepare(rel, old, new, params)
+        self._apply(batch)
+        return count
 
     def _apply(self, batch: Batch) -> BatchResult:
         m = self._maintainer()
@@ -524,9 +554,8 @@ class Site:
         return result
 
     def _bump(self) -> None:
+        """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
         self._seq += 1
-        self._con.execute(f"UPDATE {SCHEMA}.meta SET v = CASE k WHEN 'seq' THEN ? ELSE ? END "
-                          "WHERE k IN ('seq', 'hlc')", [str(self._seq), str(self._clock.last)])
 
     # -- replication ---------------------------------------------------------------------------
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
@@ -544,7 +573,7 @@ class Site:
                                    "get its changes from the sites that hold it")
         con = self._con
         with self._transaction():
-            cursor = int(con.execute(f"SELECT v FROM {SCHEMA}.meta WHERE k = 'seq'").fetchall()[0][0])
+            cursor = self._seq
             out: list[RelationChanges] = []
             lineage: set[str] = set()
             for n in names:
@@ -607,9 +636,14 @@ class Site:
                              f"THEN {idcol} ELSE error('crr: tuple ids of {rc.name} do not match their values; "
                              f"the changeset is corrupt or forged') END")
                     as_id = "id" if rel.is_base else "vid"
-                    tuples = self._load(f"_crr_in_t{i}", rc.tuples, registered,
-                                        [(idcol, "UHUGEINT")] + list(rc.columns), rc.name,
-                                        f"{check} AS {as_id}, {cols_sql(rel)}")
+                    expected = [(idcol, "UHUGEINT")] + list(rc.columns)
+                    if rc.kind == "base" and not rel.stored:
+                        # read once, by the views' delta query, straight from Arrow (checked there)
+                        view = self._register(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name)
+                        batch.derived[rel.name] = (f"(SELECT {check} AS vid, {cols_sql(rel)} FROM {view})", None)
+                        continue
+                    tuples = temp_table(self._load(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name,
+                                                   f"{check} AS {as_id}, {cols_sql(rel)}"))
                     if rel.is_base:
                         batch.base[rel.name] = tuples
                     elif rc.kind == "base":
@@ -617,11 +651,11 @@ class Site:
                     else:
                         if rc.monos is None:
                             raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
-                        monos = self._load(f"_crr_in_m{i}", rc.monos, registered,
+                        monos = temp_table(self._load(f"_crr_in_m{i}", rc.monos, registered,
                                            [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
                                            "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
-                                           "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
-                        orphans = con.execute(f"""SELECT count(*) FROM {temp_table(monos)} m ANTI JOIN {temp_table(tuples)} t
+                                           "THEN error('crr: a monomial without ids') ELSE ids END AS ids"))
+                        orphans = con.execute(f"""SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t
                                                   ON t.vid = m.vid""").fetchall()[0][0]
                         if orphans:
                             raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "

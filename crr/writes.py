@@ -23,48 +23,47 @@ from crr.maintain import Batch, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_ident, quote_str, tuple_id_sql
 
 
-def _one(con: duckdb.DuckDBPyConnection, sql: str):
-    return con.execute(sql).fetchall()[0]
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
+    return (con.execute(sql, params) if params else con.execute(sql)).fetchall()[0]
 
 
 def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None, new: str | None,
-                  clock: HybridClock) -> Batch:
-    """Build the batch for a write whose removed/added rows are in temp tables ``old``/``new``.
+                  clock: HybridClock, params: list | dict | None = None) -> tuple[Batch, int]:
+    """Build the batch for a write; return it with the number of rows the statement affected.
 
-    A keyed write's stamp exceeds every stamp this site knows for the keys it writes, so the new
-    version wins over each version it replaces (the hybrid clock observes them first).
+    ``old`` and ``new`` are FROM texts (a query in parentheses, or a temp table) of the rows the
+    statement removes and adds, with the table's columns; ``params`` are the statement's parameters,
+    bound to the first of them read. A keyed write's stamp exceeds every stamp this site knows for
+    the keys it writes, so the new version wins over each version it replaces (the hybrid clock
+    observes them first). Four statements for an INSERT or DELETE, five for an UPDATE.
     """
     keyed = bool(rel.key)
     kh = key_hash_sql(rel.name, rel.key_columns, "w") if keyed else "NULL::UHUGEINT"
     rid = tuple_id_sql(rel.name, rel.columns, "w")
-    parts = []
-    if new is not None:
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wnew AS
-                        SELECT {rid} AS id, {kh} AS kh, {cols_sql(rel, 'w')} FROM {temp_table(new)} w""")
-        _check_not_null(con, rel)
+    cols = cols_sql(rel, "w")
+    count = 0
     if old is not None:
-        con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wold AS
-                        SELECT DISTINCT {rid} AS id, {kh} AS kh FROM {temp_table(old)} w""")
-        if keyed:
-            # every locally present version of each removed key
-            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp, c.vis AS old_vis FROM _crr.cl c
-                          WHERE c.kh IN (SELECT kh FROM {temp_table('_crr_wold')}) AND c.cl % 2 = 1"""
-        else:
-            deleted = f"""SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp, c.vis AS old_vis FROM _crr.cl c
-                          JOIN {temp_table('_crr_wold')} o ON o.id = c.id WHERE c.cl % 2 = 1"""
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _crr_wdel AS {deleted}")
-        parts.append(f"SELECT id, rel, cl, kh, stamp, old_vis FROM {temp_table('_crr_wdel')}")
+        count = _one(con, f"""CREATE OR REPLACE TEMP TABLE _crr_wold AS
+                              SELECT DISTINCT {rid} AS id, {kh} AS kh, {cols} FROM {old} w""", params)[0]
+        params = None
+    stamp = 0
     if new is not None:
+        count = _one(con, f"""CREATE OR REPLACE TEMP TABLE _crr_wnew AS
+                              SELECT {rid} AS id, {kh} AS kh, {cols} FROM {new} w""", params)[0]
+        seen = _check_new_rows(con, rel, deleting=old is not None)
         if keyed:
-            _check_keys(con, rel, deleting=old is not None)
-        stamp = 0
-        if keyed:
-            seen = _one(con, f"""SELECT max(stamp) FROM _crr.cl
-                                 WHERE kh IN (SELECT kh FROM {temp_table('_crr_wnew')})""")[0]
             clock.observe(seen)
             stamp = clock.tick()
-        deleted_cl = (f"(SELECT id, cl FROM {temp_table('_crr_wdel')})" if old is not None
-                      else "(SELECT NULL::UHUGEINT AS id, NULL::INTEGER AS cl LIMIT 0)")
+    parts, ctes = [], []
+    if old is not None:
+        # deleting removes every locally present version of each removed key (or the tuple itself)
+        which = (f"c.kh IN (SELECT kh FROM {temp_table('_crr_wold')})" if keyed
+                 else f"c.id IN (SELECT id FROM {temp_table('_crr_wold')})")
+        ctes.append(f"""del AS (SELECT c.id, c.rel, c.cl + 1 AS cl, c.kh, c.stamp, c.vis AS old_vis
+                                FROM _crr.cl c WHERE {which} AND c.cl % 2 = 1)""")
+        parts.append("SELECT id, rel, cl, kh, stamp, old_vis FROM del")
+    if new is not None:
+        deleted_cl = "del" if old is not None else "(SELECT NULL::UHUGEINT AS id, NULL::INTEGER AS cl LIMIT 0)"
         new_stamp = f"{stamp}::UHUGEINT" if keyed else "0::UHUGEINT"
         parts.append(f"""
             SELECT n.id, {quote_str(rel.name)} AS rel, cur + 1 AS cl, n.kh, {new_stamp} AS stamp, n.old_vis
@@ -74,39 +73,57 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
             WHERE n.cur % 2 = 0""")
     # Every entry here grows, so the batch hands the maintainer its exact changes (one row per id,
     # with the visibility before the write) and the maintainer need not look them up again.
-    changes = con.execute(f"""CREATE OR REPLACE TEMP TABLE _crr_wcl AS
+    with_ = f"WITH {', '.join(ctes)} " if ctes else ""
+    changes = _one(con, f"""CREATE OR REPLACE TEMP TABLE _crr_wcl AS {with_}
         SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl, max(stamp) AS stamp,
                any_value(old_vis) AS old_vis
-        FROM ({' UNION ALL '.join(parts)}) GROUP BY id""").fetchall()[0][0]
+        FROM ({' UNION ALL '.join(parts)}) GROUP BY id""")[0]
     batch = Batch(cl=temp_table("_crr_wcl"), cl_relation=rel.name, cl_keyed=keyed, cl_unkeyed=not keyed,
-                  cl_changes=changes)
+                  cl_changes=changes, local_write=True)
     if new is not None:
-        batch.base[rel.name] = "_crr_wnew"  # (id, kh, cols...): the pipeline reads id and the columns
-    return batch
+        batch.base[rel.name] = temp_table("_crr_wnew")  # (id, kh, cols...): the pipeline reads id and the columns
+    # The APP table equals the visible state, so the statement's own rows are exactly what appears
+    # in it (new rows turned visible) and leaves it (old rows turned invisible).
+    rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
+            (("_crr_wold", old), ("_crr_wnew", new)) if given is not None]
+    batch.app_changes[rel.name] = f"""
+        SELECT DISTINCT ON (w.id) {cols}, d.cl % 2 = 1 AS keep
+        FROM ({' UNION ALL '.join(rows)}) w JOIN {temp_table('_crr_wcl')} d ON d.id = w.id
+        WHERE (d.cl % 2 = 1) <> d.old_vis"""
+    return batch, count
 
 
-def _check_not_null(con: duckdb.DuckDBPyConnection, rel: Relation) -> None:
-    for col in rel.not_null:
-        n = _one(con, f"SELECT count(*) FROM {temp_table('_crr_wnew')} WHERE {quote_ident(col)} IS NULL")[0]
+def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: bool) -> int | None:
+    """Check NOT NULL and key rules for the rows in ``_crr_wnew`` (one query); return the largest
+    stamp this site knows for their keys (None if unkeyed or none)."""
+    new = temp_table("_crr_wnew")
+    checks = [f"count(*) FILTER (WHERE {quote_ident(c)} IS NULL)" for c in rel.not_null]
+    if rel.key:
+        freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
+        checks += [f"(SELECT count(*) FROM (SELECT kh FROM {new} GROUP BY kh HAVING count(DISTINCT id) > 1))",
+                   f"(SELECT count(*) FROM {new} w JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed})",
+                   f"(SELECT max(stamp) FROM _crr.cl WHERE kh IN (SELECT kh FROM {new}))"]
+    if not checks:
+        return None
+    found = _one(con, f"SELECT {', '.join(checks)} FROM {new}")
+    for col, n in zip(rel.not_null, found):
         if n:
             what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
             raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
                                   "nothing was written")
-
-
-def _check_keys(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: bool) -> None:
+    if not rel.key:
+        return None
+    dup, clash, seen = found[len(rel.not_null):]
     keys = ", ".join(rel.key)
-    dup = _one(con, f"""SELECT count(*) FROM (SELECT kh FROM {temp_table('_crr_wnew')}
-                         GROUP BY kh HAVING count(DISTINCT id) > 1)""")[0]
     if dup:
         raise ConstraintError(f"the statement writes {dup} key(s) of {rel.name} ({keys}) more than once with "
                               "different values; nothing was written")
-    freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
-    clash = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {temp_table('_crr_wnew')} w
-                            JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
-                            LIMIT 1""").fetchall()
-    clash = clash[0] if clash else None
     if clash:
-        key_vals = ", ".join(f"{c}={clash[rel.column_names.index(c)]!r}" for c in rel.key)
+        freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
+        row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
+                              JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
+                              LIMIT 1""").fetchall()[0]
+        key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
         raise ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
                               "values; use UPDATE to change it (nothing was written)")
+    return seen
