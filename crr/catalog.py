@@ -14,13 +14,14 @@ Storage layout of one site (all inside one DuckDB file):
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
   site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
-* ``_crr."<r>$t"`` -- AUG tuples. Replicated table: ``(id, cols..., seq)``. View, remote table or
-  stored remote source: ``(vid, cols..., seq)``, ``vid`` the hash of the values under the relation's
-  name. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
+* ``_crr."<r>$t"`` -- AUG tuples of a replicated table: ``(id, cols..., seq)``.
+* ``_crr."<r>$m"`` -- AUG tuples of a view, remote table or stored remote source, one row per
+  derivation (monomial): ``(vid, mid, ids, cols..., seq)``. ``vid`` is the hash of the values under
+  the relation's name, ``ids`` the sorted id list of the monomial, ``mid`` a hash of it; the values
+  sit beside each derivation so no separate tuple table has to be written and joined. A tuple is
+  present when one of its monomials has only visible ids; that is evaluated for the tuples a batch
+  touches. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
   select/project view needs only each batch's new tuples.
-* ``_crr."<r>$m"`` -- monomials of a view or remote table: ``(vid, mid, ids, seq)``, one row per
-  derivation; ``ids`` is the sorted id list, ``mid`` a hash of it. A tuple is present when one of
-  its monomials has only visible ids; that is evaluated for the tuples a batch touches.
 * ``_crr."<r>$i"`` -- inverted index ``(id, vid, mid)`` from tuple ids to monomials, kept when
   monomials may hold more than one id (joins, remote inputs); width-1 relations use ``$m.mid``.
 """
@@ -35,7 +36,7 @@ from crr.types import Column, quote_ident
 from sql.compile import ViewPlan
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 1
+STORAGE_VERSION = 2  # 2: values of derived tuples live in $m (no $t for views and remote tables)
 
 
 @dataclass
@@ -141,8 +142,7 @@ def aug_ddl(rel: Relation) -> list[str]:
     if rel.is_base:
         stmts.append(f"CREATE TABLE {rel.aug('t')} (id UHUGEINT, {cols}, seq BIGINT)")
     else:
-        stmts.append(f"CREATE TABLE {rel.aug('t')} (vid UHUGEINT, {cols}, seq BIGINT)")
-        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], seq BIGINT)")
+        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)")
         if rel.indexed:
             stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
     return stmts

@@ -59,8 +59,8 @@ class RelationCounts:
 
     inserted: int = 0  # rows that appeared in the APP table
     deleted: int = 0  # rows that left the APP table
-    new_tuples: int = 0  # AUG tuples added
-    new_monomials: int = 0  # derivations added (views and remote tables)
+    new_tuples: int = 0  # AUG tuples added (replicated tables)
+    new_monomials: int = 0  # derivations added (views, remote tables and sources; each holds its values)
 
     def as_dict(self) -> dict[str, int]:
         """The counts as a plain dict."""
@@ -194,8 +194,7 @@ class Maintainer:
                 self.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
                 self.new_base[r] = temp_table(name)
             else:
-                self.temp(name, f"""SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 't')} FROM {rel.aug('m')} m
-                                    JOIN {rel.aug('t')} t ON t.vid = m.vid""")
+                self.temp(name, f"SELECT vid, mid, ids, {cols_sql(rel)} FROM {rel.aug('m')}")
                 self.new_derived[r] = temp_table(name)
         self._run_view(view)
         self._refresh_derived(view)
@@ -313,8 +312,7 @@ class Maintainer:
         elif delta:
             sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {self.new_derived[relation]}"
         else:
-            sql = (f"SELECT {cols_sql(rel, 't')}, m.ids AS {IDS} FROM {rel.aug('m')} m "
-                   f"JOIN {rel.aug('t')} t ON t.vid = m.vid")
+            sql = f"SELECT {cols_sql(rel)}, ids AS {IDS} FROM {rel.aug('m')}"
         return sqlglot.parse_one(sql, read="duckdb").subquery()
 
     def _run_view(self, view: Relation) -> None:
@@ -378,10 +376,7 @@ class Maintainer:
         self.new_derived[rel.name] = temp_table(name)
         counts = self.counts(rel.name)
         counts.new_monomials += n
-        counts.new_tuples += self.x(f"""INSERT INTO {rel.aug('t')}
-            SELECT DISTINCT ON (n.vid) n.vid, {cols_sql(rel, 'n')}, {self.seq} FROM {temp_table(name)} n
-            ANTI JOIN {rel.aug('t')} t ON t.vid = n.vid""")
-        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {self.seq} FROM {temp_table(name)}")
+        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
         if rel.indexed:
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {temp_table(name)}")
 
@@ -442,17 +437,17 @@ class Maintainer:
         if not dirty:
             return
         d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
+        values = ", ".join(f"any_value({quote_ident(c)}) AS {quote_ident(c)}" for c in rel.column_names)
         if rel.indexed:  # a monomial is alive when all its ids are visible
-            alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok
-                        FROM (SELECT m.vid, m.mid, unnest(m.ids) AS id FROM {rel.aug('m')} m
+            alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
+                        FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
                               JOIN {d} d ON d.vid = m.vid) u
                         LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid"""
         else:  # one id per monomial: mid is that id
-            alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok FROM {rel.aug('m')} m
+            alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
                         JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
         ins, dele = patch_app(self.con, rel, f"""
-            SELECT {cols_sql(rel, 't')}, a.keep FROM {rel.aug('t')} t
-            JOIN (SELECT vid, bool_or(ok) AS keep FROM ({alive}) GROUP BY vid) a ON a.vid = t.vid""")
+            SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)""")
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele

@@ -60,6 +60,9 @@ def _changeset_errors() -> Iterator[None]:
 class MergeResult(dict):
     """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
 
+    ``inserted``/``deleted`` count APP rows; ``new_tuples`` AUG tuples added to a replicated table;
+    ``new_monomials`` derivations added to a view, remote table or remote source.
+
     Attributes: ``cl_changed`` (causal-length entries that grew), ``ignored`` (relations in the
     changeset this site does not hold), ``changed`` (whether anything was written).
     """
@@ -119,6 +122,10 @@ class Site:
                             "open it without site_id or with its own id")
         if int(meta["version"]) > STORAGE_VERSION:
             raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
+        if int(meta["version"]) < STORAGE_VERSION:
+            raise SiteError(f"{self.path} uses storage version {meta['version']}, older than this crr's "
+                            f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
+                            "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
         rows = con.execute(f"SELECT * FROM {SCHEMA}.relations ORDER BY position").fetchall()
         for row in rows:
@@ -137,8 +144,7 @@ class Site:
         ``_crr.cl``, so the largest of those is the counter. DDL, which can drop such rows, and
         ``close`` store both counters in ``_crr.meta``.
         """
-        tables = ["_crr.cl"] + [rel.aug(s) for rel in self._rels.values() if rel.stored
-                                for s in (("t",) if rel.is_base else ("t", "m"))]
+        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in self._rels.values() if rel.stored]
         union = " UNION ALL ".join(f"SELECT max(seq) AS s FROM {t}" for t in tables)
         seen = self._con.execute(f"SELECT max(s) FROM ({union})").fetchall()[0][0] or 0
         stamp = self._con.execute(f"SELECT max(stamp) FROM {SCHEMA}.cl").fetchall()[0][0] or 0
@@ -247,8 +253,8 @@ class Site:
         if rel.is_base:
             rows = self._con.execute(f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}").fetchall()
             return {tuple(r[:-1]): [[r[-1]]] for r in rows}
-        rows = self._con.execute(f"""SELECT {cols_sql(rel, 't')}, list_sort(list(m.ids)) FROM {rel.aug('t')} t
-                                     JOIN {rel.aug('m')} m ON m.vid = t.vid GROUP BY ALL""").fetchall()
+        rows = self._con.execute(f"""SELECT {cols_sql(rel)}, list_sort(list(ids)) FROM {rel.aug('m')}
+                                     GROUP BY vid, {cols_sql(rel)}""").fetchall()
         return {tuple(r[:-1]): r[-1] for r in rows}
 
     # -- statements ----------------------------------------------------------------------------
@@ -587,8 +593,8 @@ class Site:
                     monos = None
                 else:
                     monos = con.sql(f"SELECT vid, ids FROM {rel.aug('m')} WHERE seq > {since}").to_arrow_table()
-                    tuples = con.sql(f"""SELECT vid, {cols_sql(rel)} FROM {rel.aug('t')} WHERE seq > {since}
-                        OR vid IN (SELECT vid FROM {rel.aug('m')} WHERE seq > {since})""").to_arrow_table()
+                    tuples = con.sql(f"""SELECT DISTINCT ON (vid) vid, {cols_sql(rel)} FROM {rel.aug('m')}
+                                         WHERE seq > {since}""").to_arrow_table()
                 out.append(RelationChanges(
                     name=n, kind="base" if rel.is_base else "derived",
                     columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key),

@@ -3,7 +3,7 @@
 ``state_bytes`` is the size of the view-maintenance state a view site keeps for one view, measured as
 the Arrow in-memory size (``pyarrow.Table.nbytes``) of the tables holding it, read in full:
 
-* crr: the view's AUG tables (``$t`` tuples, ``$m`` monomials, ``$i`` id index if kept) plus the
+* crr: the view's AUG tables (``$m`` derivations with their values, ``$i`` id index if kept) plus the
   causal-length entries of the base relations in its lineage (``_crr.cl``), which ``in?`` needs;
 * Gupta counting: the view table with its counts.
 
@@ -27,7 +27,7 @@ def crr_view_bytes(site, view: str) -> int:
     """State a crr site keeps for one view (see module docstring)."""
     con = site._con  # internal: experiments measure storage directly
     rel = site.relation(view)
-    total = arrow_bytes(con, f"SELECT * FROM {rel.aug('t')}") + arrow_bytes(con, f"SELECT * FROM {rel.aug('m')}")
+    total = arrow_bytes(con, f"SELECT * FROM {rel.aug('m')}")
     if rel.indexed:
         total += arrow_bytes(con, f"SELECT * FROM {rel.aug('i')}")
     lineage = ", ".join(f"'{r}'" for r in sorted(site.lineage(view)))

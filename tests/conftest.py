@@ -20,7 +20,8 @@ def aug(site: crr.Site, rel: str) -> dict:
         tuples = site.execute(f'SELECT * EXCLUDE (seq) FROM _crr."{rel}$t" ORDER BY id')
         monos = None
     else:
-        tuples = site.execute(f'SELECT * EXCLUDE (seq) FROM _crr."{rel}$t" ORDER BY vid')
+        cols = ", ".join(f'"{c}"' for c in r.column_names)
+        tuples = site.execute(f'SELECT DISTINCT vid, {cols} FROM _crr."{rel}$m" ORDER BY vid')
         monos = site.execute(f'SELECT vid, mid, ids FROM _crr."{rel}$m" ORDER BY vid, mid')
     lineage = ", ".join(f"'{x}'" for x in sorted(site.lineage(rel)))
     cl = site.execute(f"SELECT id, rel, cl, kh, stamp, vis FROM _crr.cl WHERE rel IN ({lineage}) ORDER BY id")
