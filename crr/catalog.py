@@ -22,8 +22,10 @@ Storage layout of one site (all inside one DuckDB file):
   present when one of its monomials has only visible ids; that is evaluated for the tuples a batch
   touches. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
   select/project view needs only each batch's new tuples.
-* ``_crr."<r>$i"`` -- inverted index ``(id, vid, mid)`` from tuple ids to monomials, kept when
-  monomials may hold more than one id (joins, remote inputs); width-1 relations use ``$m.mid``.
+* ``_crr."<r>$i"`` -- inverted index ``(id, vid)`` from tuple ids to the tuples whose monomials hold
+  them, kept when monomials may hold more than one id (joins, remote inputs); width-1 relations use
+  ``$m.mid``. It only finds the tuples to re-evaluate when an id flips, so absorption leaves its
+  entries (a stale entry costs one needless re-evaluation, never a wrong answer).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def aug_ddl(rel: Relation) -> list[str]:
     else:
         stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)")
         if rel.indexed:
-            stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
+            stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
     return stmts
 
 

@@ -1,18 +1,20 @@
 """Apply a batch of augmented changes to a site, set-at-a-time, inside the caller's transaction.
 
-Local writes and merges both end here. A batch (:class:`Batch`) names temp tables holding
+Local writes and merges both end here. A batch (:class:`Batch`) names, as FROM texts (temp tables,
+or subqueries over registered Arrow tables that are read once),
 
-* causal-length entries ``(id, rel, cl, kh, stamp)`` (a temp table or a subquery),
-* new base tuples ``(id, cols...)`` per replicated table,
-* new derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view or remote table.
+* causal-length entries ``(id, rel, cl, kh, stamp)``,
+* base tuples ``(id, cols...)`` per replicated table,
+* derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view, remote table or source.
 
 :meth:`Maintainer.apply` then
 
 1. joins the causal lengths into ``_crr.cl`` (max of ``cl`` and of ``stamp``) and recomputes the
    visibility cache for the ids whose entries changed (and the other versions of their keys),
-   collecting the ids whose visibility flipped;
+   noting the ids whose visibility flipped (two statements);
 2. adds new base tuples to the replicated tables' AUG state;
-3. adds (``+``) new monomials to the views and remote tables that arrived directly;
+3. adds (``+``) new monomials to the views, remote tables and sources that arrived directly (a source
+   that keeps nothing passes them straight to its views);
 4. runs each local view's delta plans, in dependency order, for the inputs that got new tuples or
    monomials, and adds the products to the view (absorbing ``p + p.q = p`` when monomials of
    different lengths may meet);
@@ -378,7 +380,7 @@ class Maintainer:
         counts.new_monomials += n
         self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
         if rel.indexed:
-            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {temp_table(name)}")
+            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {temp_table(name)}")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
@@ -392,8 +394,8 @@ class Maintainer:
 
     def _build_index(self, rel: Relation) -> None:
         """Start the id -> monomial index of a relation whose monomials so far all had one id."""
-        self.x(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT, mid UHUGEINT)")
-        self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid, mid FROM {rel.aug('m')}")
+        self.x(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
+        self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {rel.aug('m')}")
         self.x("UPDATE _crr.relations SET indexed = true WHERE name = ?", [rel.name])
         rel.indexed = True
         self.newly_indexed.append(rel)
@@ -412,8 +414,6 @@ class Maintainer:
         if gone:
             self.absorbed[rel.name] = absorbed
             self.x(f"DELETE FROM {rel.aug('m')} AS m USING {temp_table(absorbed)} a WHERE m.vid = a.vid AND m.mid = a.mid")
-            if rel.indexed:
-                self.x(f"DELETE FROM {rel.aug('i')} AS i USING {temp_table(absorbed)} a WHERE i.vid = a.vid AND i.mid = a.mid")
         return self.con.execute(f"SELECT count(*) FROM {temp_table(newm)}").fetchall()[0][0]
 
     # 5. derived counters and APP patches ------------------------------------------------------

@@ -101,15 +101,3 @@ def test_what_a_source_refuses(base):
     assert v.relations() == {}
     assert v.execute("SELECT count(*) FROM _crr.cl")[0][0] == 0
     v.close()
-
-
-def test_sync_service_does_not_offer_a_source(base):
-    from sync.service import SyncService
-
-    v = crr.Site(site_id="v")
-    v.execute("CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c INTEGER)")
-    v.execute("CREATE MATERIALIZED VIEW p AS SELECT b FROM r")
-    service = SyncService(v, secret=b"s" * 32)
-    offered = [r[0] for r in service._serves_message()["relations"]]
-    assert offered == ["p"]
-    v.close()

@@ -60,6 +60,29 @@ def test_two_sites_converge_and_views_follow(tmp_path):
             s.close()
 
 
+def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path):
+    a = _site(tmp_path, "a")
+    v = _site(tmp_path, "v", ("CREATE REMOTE SOURCE r (a INT, b VARCHAR)",
+                              "CREATE MATERIALIZED VIEW w AS SELECT b FROM r WHERE a > 0"))
+    far = _site(tmp_path, "far", ("CREATE REMOTE TABLE w (b VARCHAR)", "CREATE REMOTE TABLE r (a INT, b VARCHAR)"))
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sv = SyncService(v, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
+    sf = SyncService(far, SECRET, listen=("127.0.0.1", 0), peers=[sv.address]).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x'), (2, 'y'), (0, 'hidden')")
+        sa.execute("DELETE FROM r WHERE a = 2")
+        assert wait_for(lambda: rows(sv, "SELECT * FROM w ORDER BY b") == [("x",)])
+        assert wait_for(lambda: rows(sf, "SELECT * FROM w ORDER BY b") == [("x",)])
+        assert "r" not in [r[0] for r in sv._serves_message()["relations"]]
+        time.sleep(0.5)
+        assert rows(sf, "SELECT count(*) FROM r") == [(0,)]  # v keeps no copy of r to pass on
+    finally:
+        for s in (sf, sv, sa):
+            s.stop()
+        for s in (a, v, far):
+            s.close()
+
+
 def test_wrong_secret_is_refused_and_changes_nothing(tmp_path):
     a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
     sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
