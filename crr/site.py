@@ -637,36 +637,36 @@ class Site:
                         con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
                                     [relation_row(rel, 0)[6], rel.name])
                     idcol = "id" if rc.kind == "base" else "vid"
-                    # the ids must be the hashes of the values: checked while loading (error() aborts)
+                    # the ids must be the hashes of the values: checked where they are read (error() aborts)
                     check = (f"CASE WHEN {idcol} IS NOT DISTINCT FROM {tuple_id_sql(rc.name, rel.columns)} "
                              f"THEN {idcol} ELSE error('crr: tuple ids of {rc.name} do not match their values; "
                              f"the changeset is corrupt or forged') END")
                     as_id = "id" if rel.is_base else "vid"
                     expected = [(idcol, "UHUGEINT")] + list(rc.columns)
-                    if rc.kind == "base" and not rel.stored:
-                        # read once, by the views' delta query, straight from Arrow (checked there)
+                    if rc.kind == "base":
+                        # base tuples are read once (by one anti-join or one delta query): straight
+                        # from Arrow, checked there
                         view = self._register(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name)
-                        batch.derived[rel.name] = (f"(SELECT {check} AS vid, {cols_sql(rel)} FROM {view})", None)
+                        tuples = f"(SELECT {check} AS {as_id}, {cols_sql(rel)} FROM {view})"
+                        if rel.is_base:
+                            batch.base[rel.name] = tuples
+                        else:
+                            batch.derived[rel.name] = (tuples, None)
                         continue
                     tuples = temp_table(self._load(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name,
                                                    f"{check} AS {as_id}, {cols_sql(rel)}"))
-                    if rel.is_base:
-                        batch.base[rel.name] = tuples
-                    elif rc.kind == "base":
-                        batch.derived[rel.name] = (tuples, None)
-                    else:
-                        if rc.monos is None:
-                            raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
-                        monos = temp_table(self._load(f"_crr_in_m{i}", rc.monos, registered,
-                                           [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
-                                           "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
-                                           "THEN error('crr: a monomial without ids') ELSE ids END AS ids"))
-                        orphans = con.execute(f"""SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t
-                                                  ON t.vid = m.vid""").fetchall()[0][0]
-                        if orphans:
-                            raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "
-                                                 "without their tuples")
-                        batch.derived[rel.name] = (tuples, monos)
+                    if rc.monos is None:
+                        raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
+                    monos = temp_table(self._load(f"_crr_in_m{i}", rc.monos, registered,
+                                       [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
+                                       "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
+                                       "THEN error('crr: a monomial without ids') ELSE ids END AS ids"))
+                    orphans = con.execute(f"""SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t
+                                              ON t.vid = m.vid""").fetchall()[0][0]
+                    if orphans:
+                        raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "
+                                             "without their tuples")
+                    batch.derived[rel.name] = (tuples, monos)
                 if cs.cl is not None and cs.cl.num_rows and held:
                     interest = set(lineage)
                     for name in self._rels:

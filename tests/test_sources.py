@@ -101,3 +101,23 @@ def test_what_a_source_refuses(base):
     assert v.relations() == {}
     assert v.execute("SELECT count(*) FROM _crr.cl")[0][0] == 0
     v.close()
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_forged_ids_into_a_source_are_refused_and_change_nothing(base, joined):
+    import pyarrow as pa
+
+    v = crr.Site(site_id="v")
+    v.execute("CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c INTEGER)")
+    view = "SELECT x.a FROM r x JOIN r y ON x.b = y.a" if joined else "SELECT b, c FROM r"
+    v.execute(f"CREATE MATERIALIZED VIEW p AS {view}")
+    base.execute("INSERT INTO r VALUES (1, 1, 100), (2, 10, 100)")
+    cs = base.changes(relations=["r"])
+    rc = cs.relations[0]
+    rc.tuples = rc.tuples.set_column(3, "c", pa.array([7] * rc.tuples.num_rows, pa.int32()))
+    with pytest.raises(crr.ChangesetError, match="do not match"):
+        v.merge(crr.Changeset.from_bytes(cs.to_bytes()))
+    assert app(v, "p") == [] and v.execute("SELECT count(*) FROM _crr.cl") == [(0,)]
+    sync(base, v)  # the genuine changeset still merges afterwards
+    assert app(v, "p") == ([(1,)] if joined else [(1, 100), (10, 100)])
+    v.close()
