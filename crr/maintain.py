@@ -52,7 +52,8 @@ class Batch:
     cl_unkeyed: bool | None = None  # whether some entries carry none, when known
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
-    app_changes: dict[str, str] = field(default_factory=dict)  # relation -> SQL (cols, keep) of exact APP changes
+    # relation -> (SQL of exact APP changes (cols, keep), "insert" | "delete" | "merge": which kinds occur)
+    app_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -114,6 +115,19 @@ def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -
         RETURNING merge_action""").fetchall()
     deleted = sum(1 for (a,) in actions if a == "DELETE")
     return len(actions) - deleted, deleted
+
+
+def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: str) -> tuple[int, int]:
+    """Like :func:`patch_app` for changes known to be only insertions or only deletions (a plain
+    INSERT or DELETE is cheaper than a MERGE); ``mode`` "merge" falls back to it."""
+    if mode == "insert":
+        n = con.execute(f"INSERT INTO {rel.app} ({cols_sql(rel)}) SELECT {cols_sql(rel)} FROM ({changes_sql})").fetchall()
+        return int(n[0][0]), 0
+    if mode == "delete":
+        n = con.execute(f"DELETE FROM {rel.app} AS app USING ({changes_sql}) AS d "
+                        f"WHERE {null_safe_match(rel, 'app', 'd')}").fetchall()
+        return 0, int(n[0][0])
+    return patch_app(con, rel, changes_sql)
 
 
 class Maintainer:
@@ -460,7 +474,7 @@ class Maintainer:
         """
         exact = self.batch.app_changes.get(rel.name) if self.batch else None
         if exact is not None:
-            ins, dele = patch_app(self.con, rel, exact)
+            ins, dele = apply_app_changes(self.con, rel, *exact)
             counts = self.counts(rel.name)
             counts.inserted += ins
             counts.deleted += dele

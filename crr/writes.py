@@ -86,10 +86,12 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     # in it (new rows turned visible) and leaves it (old rows turned invisible).
     rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
             (("_crr_wold", old), ("_crr_wnew", new)) if given is not None]
-    batch.app_changes[rel.name] = f"""
+    # An INSERT only adds rows and a DELETE only removes them, so they need no MERGE.
+    mode = "merge" if old is not None and new is not None else "insert" if new is not None else "delete"
+    batch.app_changes[rel.name] = (f"""
         SELECT DISTINCT ON (w.id) {cols}, d.cl % 2 = 1 AS keep
         FROM ({' UNION ALL '.join(rows)}) w JOIN {temp_table('_crr_wcl')} d ON d.id = w.id
-        WHERE (d.cl % 2 = 1) <> d.old_vis"""
+        WHERE (d.cl % 2 = 1) <> d.old_vis""", mode)
     return batch, count
 
 
@@ -97,15 +99,18 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     """Check NOT NULL and key rules for the rows in ``_crr_wnew`` (one query); return the largest
     stamp this site knows for their keys (None if unkeyed or none)."""
     new = temp_table("_crr_wnew")
-    checks = [f"count(*) FILTER (WHERE {quote_ident(c)} IS NULL)" for c in rel.not_null]
+    checks = [f"count(DISTINCT w.id) FILTER (WHERE w.{quote_ident(c)} IS NULL)" for c in rel.not_null]
+    source = f"{new} w"
     if rel.key:
         freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
-        checks += [f"(SELECT count(*) FROM (SELECT kh FROM {new} GROUP BY kh HAVING count(DISTINCT id) > 1))",
-                   f"(SELECT count(*) FROM {new} w JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed})",
-                   f"(SELECT max(stamp) FROM _crr.cl WHERE kh IN (SELECT kh FROM {new}))"]
+        # two values with one key: more distinct ids than keys; a clash: another visible version
+        checks += ["count(DISTINCT w.id) - count(DISTINCT w.kh)",
+                   f"count(*) FILTER (WHERE c.vis AND c.id <> w.id {freed})",
+                   "max(c.stamp)"]
+        source += " LEFT JOIN _crr.cl c ON c.kh = w.kh"
     if not checks:
         return None
-    found = _one(con, f"SELECT {', '.join(checks)} FROM {new}")
+    found = _one(con, f"SELECT {', '.join(checks)} FROM {source}")
     for col, n in zip(rel.not_null, found):
         if n:
             what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
@@ -116,8 +121,8 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     dup, clash, seen = found[len(rel.not_null):]
     keys = ", ".join(rel.key)
     if dup:
-        raise ConstraintError(f"the statement writes {dup} key(s) of {rel.name} ({keys}) more than once with "
-                              "different values; nothing was written")
+        raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "
+                              "values; nothing was written")
     if clash:
         freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
         row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
