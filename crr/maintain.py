@@ -42,7 +42,7 @@ MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
 
 @dataclass
 class Batch:
-    """Temp-table names of the changes to apply (see the module docstring)."""
+    """Where the changes to apply are read from: FROM texts (see the module docstring)."""
 
     cl: str | None = None  # FROM text (a temp table or a subquery) of the causal-length entries
     base: dict[str, str] = field(default_factory=dict)  # FROM texts of base tuples (id, cols...)

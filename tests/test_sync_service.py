@@ -34,13 +34,27 @@ def rows(service, sql):
     return service.call(lambda: service.site.execute(sql))
 
 
+def _chain(*sites):
+    """Start a sync service per site, each dialling the one before it."""
+    services = []
+    for site in sites:
+        peers = [services[-1].address] if services else []
+        services.append(SyncService(site, SECRET, listen=("127.0.0.1", 0), peers=peers).start())
+    return services
+
+
+def _shutdown(services, sites):
+    for service in reversed(services):
+        service.stop()
+    for site in sites:
+        site.close()
+
+
 def test_two_sites_converge_and_views_follow(tmp_path):
     a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
     v = _site(tmp_path, "v", ("CREATE REMOTE TABLE r (a INT, b VARCHAR)",
                               "CREATE MATERIALIZED VIEW w AS SELECT b FROM r WHERE a > 0"))
-    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
-    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
-    sv = SyncService(v, SECRET, listen=("127.0.0.1", 0), peers=[sb.address]).start()
+    sa, sb, sv = services = _chain(a, b, v)
     try:
         sa.execute("INSERT INTO r VALUES (1, 'x'), (2, 'y')")
         sb.execute("INSERT INTO r VALUES (3, 'z')")
@@ -54,10 +68,7 @@ def test_two_sites_converge_and_views_follow(tmp_path):
         assert {p["site"] for p in status["peers"]} == {"a", "v"}
         assert all(s["behind"] == 0 for p in status["peers"] for s in p["streams"])
     finally:
-        for s in (sv, sb, sa):
-            s.stop()
-        for s in (a, b, v):
-            s.close()
+        _shutdown(services, (a, b, v))
 
 
 def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path):
@@ -65,9 +76,7 @@ def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path)
     v = _site(tmp_path, "v", ("CREATE REMOTE SOURCE r (a INT, b VARCHAR)",
                               "CREATE MATERIALIZED VIEW w AS SELECT b FROM r WHERE a > 0"))
     far = _site(tmp_path, "far", ("CREATE REMOTE TABLE w (b VARCHAR)", "CREATE REMOTE TABLE r (a INT, b VARCHAR)"))
-    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
-    sv = SyncService(v, SECRET, listen=("127.0.0.1", 0), peers=[sa.address]).start()
-    sf = SyncService(far, SECRET, listen=("127.0.0.1", 0), peers=[sv.address]).start()
+    sa, sv, sf = services = _chain(a, v, far)
     try:
         sa.execute("INSERT INTO r VALUES (1, 'x'), (2, 'y'), (0, 'hidden')")
         sa.execute("DELETE FROM r WHERE a = 2")
@@ -77,10 +86,7 @@ def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path)
         time.sleep(0.5)
         assert rows(sf, "SELECT count(*) FROM r") == [(0,)]  # v keeps no copy of r to pass on
     finally:
-        for s in (sf, sv, sa):
-            s.stop()
-        for s in (a, v, far):
-            s.close()
+        _shutdown(services, (a, v, far))
 
 
 def test_wrong_secret_is_refused_and_changes_nothing(tmp_path):
