@@ -35,7 +35,8 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     statement removes and adds, with the table's columns; ``params`` are the statement's parameters,
     bound to the first of them read. A keyed write's stamp exceeds every stamp this site knows for
     the keys it writes, so the new version wins over each version it replaces (the hybrid clock
-    observes them first). Four statements for an INSERT or DELETE, five for an UPDATE.
+    observes them first). Two statements for a DELETE, three for an INSERT, four for an UPDATE; the
+    maintainer then writes ``_crr.cl``, the AUG tuples and the APP table.
     """
     keyed = bool(rel.key)
     kh = key_hash_sql(rel.name, rel.key_columns, "w") if keyed else "NULL::UHUGEINT"
@@ -101,8 +102,8 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     new = temp_table("_crr_wnew")
     checks = [f"count(DISTINCT w.id) FILTER (WHERE w.{quote_ident(c)} IS NULL)" for c in rel.not_null]
     source = f"{new} w"
+    freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""  # keys the statement deletes
     if rel.key:
-        freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
         # two values with one key: more distinct ids than keys; a clash: another visible version
         checks += ["count(DISTINCT w.id) - count(DISTINCT w.kh)",
                    f"count(*) FILTER (WHERE c.vis AND c.id <> w.id {freed})",
@@ -124,7 +125,6 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
         raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "
                               "values; nothing was written")
     if clash:
-        freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""
         row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
                               JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
                               LIMIT 1""").fetchall()[0]
