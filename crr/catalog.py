@@ -108,8 +108,7 @@ CATALOG_DDL = [
     f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (k VARCHAR PRIMARY KEY, v VARCHAR)",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
         name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
-        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER)""",
-    f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS stored BOOLEAN DEFAULT true",
+        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER, stored BOOLEAN)""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
@@ -129,7 +128,7 @@ def relation_from_row(row: tuple) -> Relation:
     name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
-                    lineage=set(json.loads(lineage)), indexed=bool(indexed), stored=stored is not False)
+                    lineage=set(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored))
 
 
 def aug_ddl(rel: Relation) -> list[str]:
@@ -153,7 +152,8 @@ def aug_ddl(rel: Relation) -> list[str]:
 def drop_ddl(rel: Relation) -> list[str]:
     """DDL dropping a relation's AUG and APP tables."""
     stmts = [f"DROP TABLE IF EXISTS {rel.app}"] if rel.has_app else []
-    stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
-    if not rel.is_base:
+    if rel.is_base:
+        stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
+    else:
         stmts += [f"DROP TABLE IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('i')}"]
     return stmts
