@@ -14,6 +14,8 @@ Storage layout of one site (all inside one DuckDB file):
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
   site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
+* AUG tables name the user's columns positionally, ``c0, c1, ...`` (``cols...`` below), so no user
+  column name can collide with an internal one; only APP tables carry the user's names.
 * ``_crr."<r>$t"`` -- AUG tuples of a replicated table: ``(id, cols..., seq)``.
 * ``_crr."<r>$m"`` -- AUG tuples of a view, remote table or stored remote source, one row per
   derivation (monomial): ``(vid, mid, ids, cols..., seq)``. ``vid`` is the hash of the values under
@@ -38,7 +40,7 @@ from crr.types import Column, quote_ident
 from sql.compile import ViewPlan
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 2  # 2: values of derived tuples live in $m (no $t for views and remote tables)
+STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)
 
 
 @dataclass
@@ -77,6 +79,24 @@ class Relation:
         return [c for c in self.columns if c.name in self.key]
 
     @property
+    def aug_columns(self) -> list[Column]:
+        """The user's columns as the AUG layer names them: ``c0, c1, ...`` in declaration order.
+
+        Internal tables and queries never use the user's names, so no user name (``id``, ``seq``,
+        ``keep``, ...) can collide with crr's own columns; only APP tables carry the user's names.
+        """
+        return [Column(aug_name(i), c.type) for i, c in enumerate(self.columns)]
+
+    @property
+    def key_aug_columns(self) -> list[Column]:
+        """The PRIMARY KEY columns under their AUG names."""
+        return [a for a, c in zip(self.aug_columns, self.columns) if c.name in self.key]
+
+    def aug_column(self, name: str) -> str:
+        """The AUG name of the user's column ``name``."""
+        return aug_name(self.column_names.index(name))
+
+    @property
     def fingerprint(self) -> str:
         """Schema fingerprint: a hash of the column names and types, in order."""
         return schema_fingerprint(self.columns)
@@ -95,6 +115,11 @@ class Relation:
     def app(self) -> str:
         """Qualified name of the relation's APP table."""
         return f"main.{quote_ident(self.name)}"
+
+
+def aug_name(position: int) -> str:
+    """The AUG-layer name of the user column at ``position`` (0-based)."""
+    return f"c{position}"
 
 
 def schema_fingerprint(columns: list[Column]) -> str:
@@ -133,7 +158,7 @@ def relation_from_row(row: tuple) -> Relation:
 
 def aug_ddl(rel: Relation) -> list[str]:
     """DDL creating a relation's AUG tables and its APP table (a source: its AUG tables once stored)."""
-    cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in rel.columns)
+    cols = ", ".join(f"{c.name} {c.type}" for c in rel.aug_columns)
     app_cols = ", ".join(
         f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in rel.not_null else ''}" for c in rel.columns
     )

@@ -90,28 +90,33 @@ def temp_table(name: str) -> str:
 
 
 def cols_sql(rel: Relation, qualifier: str = "") -> str:
-    """Comma-separated quoted column list of a relation, optionally qualified."""
+    """Comma-separated AUG column list of a relation (``c0, c1, ...``), optionally qualified."""
+    q = f"{qualifier}." if qualifier else ""
+    return ", ".join(q + c.name for c in rel.aug_columns)
+
+
+def app_cols_sql(rel: Relation, qualifier: str = "") -> str:
+    """Comma-separated quoted list of the user's column names (the APP table's), optionally qualified."""
     q = f"{qualifier}." if qualifier else ""
     return ", ".join(q + quote_ident(c) for c in rel.column_names)
 
 
-def null_safe_match(rel: Relation, left: str, right: str) -> str:
-    """A join condition matching rows on all columns, NULLs equal."""
-    return " AND ".join(f"{left}.{quote_ident(c)} IS NOT DISTINCT FROM {right}.{quote_ident(c)}"
-                        for c in rel.column_names)
+def app_match(rel: Relation, app: str, aug: str) -> str:
+    """A join condition matching APP rows (user names) with AUG-named rows on all columns, NULLs equal."""
+    return " AND ".join(f"{app}.{quote_ident(c.name)} IS NOT DISTINCT FROM {aug}.{a.name}"
+                        for c, a in zip(rel.columns, rel.aug_columns))
 
 
 def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
     """Apply membership changes to an APP table in one MERGE; return (inserted, deleted).
 
-    ``changes_sql`` yields the relation's columns plus ``keep`` (true: the row is now present,
+    ``changes_sql`` yields the relation's AUG columns plus ``keep`` (true: the row is now present,
     false: it is gone). APP tables are sets, so rows match on all columns, NULLs equal.
     """
-    cols = cols_sql(rel)
     actions = con.execute(f"""MERGE INTO {rel.app} AS app USING ({changes_sql}) AS d
-        ON {null_safe_match(rel, 'app', 'd')}
+        ON {app_match(rel, 'app', 'd')}
         WHEN MATCHED AND NOT d.keep THEN DELETE
-        WHEN NOT MATCHED AND d.keep THEN INSERT ({cols}) VALUES ({cols_sql(rel, 'd')})
+        WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
         RETURNING merge_action""").fetchall()
     deleted = sum(1 for (a,) in actions if a == "DELETE")
     return len(actions) - deleted, deleted
@@ -121,11 +126,11 @@ def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql
     """Like :func:`patch_app` for changes known to be only insertions or only deletions (a plain
     INSERT or DELETE is cheaper than a MERGE); ``mode`` "merge" falls back to it."""
     if mode == "insert":
-        n = con.execute(f"INSERT INTO {rel.app} ({cols_sql(rel)}) SELECT {cols_sql(rel)} FROM ({changes_sql})").fetchall()
+        n = con.execute(f"INSERT INTO {rel.app} ({app_cols_sql(rel)}) SELECT {cols_sql(rel)} FROM ({changes_sql})").fetchall()
         return int(n[0][0]), 0
     if mode == "delete":
         n = con.execute(f"DELETE FROM {rel.app} AS app USING ({changes_sql}) AS d "
-                        f"WHERE {null_safe_match(rel, 'app', 'd')}").fetchall()
+                        f"WHERE {app_match(rel, 'app', 'd')}").fetchall()
         return 0, int(n[0][0])
     return patch_app(con, rel, changes_sql)
 
@@ -345,7 +350,7 @@ class Maintainer:
         if cached is None:
             queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
             union = " UNION ALL ".join(f"({q})" for q in queries)
-            cand = f"""SELECT {tuple_id_sql(view.name, view.columns, 'p')} AS vid,
+            cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
                               {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
             single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
@@ -451,7 +456,7 @@ class Maintainer:
         if not dirty:
             return
         d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
-        values = ", ".join(f"any_value({quote_ident(c)}) AS {quote_ident(c)}" for c in rel.column_names)
+        values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
         if rel.indexed:  # a monomial is alive when all its ids are visible
             alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
                         FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m

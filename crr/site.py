@@ -486,7 +486,7 @@ class Site:
                 ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
                 with _translated_errors():
                     count = (self._con.execute(ctas, params) if params else self._con.execute(ctas)).fetchall()[0][0]
-                olds = ", ".join(f'"_crr_old_{i}" AS {quote_ident(c)}' for i, c in enumerate(rel.column_names))
+                olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))
                 old = f"(SELECT {olds} FROM {temp_table('_crr_rows')})"
                 self._write(rel, old, temp_table("_crr_rows"))
             elif stmt.kind == "insert":
@@ -522,8 +522,8 @@ class Site:
             pick = {n: i for i, n in enumerate(names)}
         else:
             raise SqlError(f"insert_many into {rel.name}: got columns {data.column_names}, expected {names}")
-        data = data.rename_columns([f"c{i}" for i in range(len(given))])
-        casts = ", ".join(f"CAST(c{pick[c.name]} AS {c.type}) AS {quote_ident(c.name)}" for c in rel.columns)
+        data = data.rename_columns([f"g{i}" for i in range(len(given))])
+        casts = ", ".join(f"CAST(g{pick[c.name]} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
         with self._transaction():
             self._con.register("_crr_bulk", data)
             try:
@@ -638,11 +638,12 @@ class Site:
                                     [relation_row(rel, 0)[6], rel.name])
                     idcol = "id" if rc.kind == "base" else "vid"
                     # the ids must be the hashes of the values: checked where they are read (error() aborts)
-                    check = (f"CASE WHEN {idcol} IS NOT DISTINCT FROM {tuple_id_sql(rc.name, rel.columns)} "
-                             f"THEN {idcol} ELSE error('crr: tuple ids of {rc.name} do not match their values; "
-                             f"the changeset is corrupt or forged') END")
+                    forged = quote_str(f"crr: tuple ids of {rc.name} do not match their values; "
+                                       "the changeset is corrupt or forged")
+                    check = (f"CASE WHEN {idcol} IS NOT DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} "
+                             f"THEN {idcol} ELSE error({forged}) END")
                     as_id = "id" if rel.is_base else "vid"
-                    expected = [(idcol, "UHUGEINT")] + list(rc.columns)
+                    expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
                     if rc.kind == "base":
                         # base tuples are read once (by one anti-join or one delta query): straight
                         # from Arrow, checked there

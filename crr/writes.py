@@ -20,7 +20,7 @@ from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
 from crr.maintain import Batch, cols_sql, temp_table
-from crr.types import key_hash_sql, quote_ident, quote_str, tuple_id_sql
+from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
@@ -32,15 +32,15 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     """Build the batch for a write; return it with the number of rows the statement affected.
 
     ``old`` and ``new`` are FROM texts (a query in parentheses, or a temp table) of the rows the
-    statement removes and adds, with the table's columns; ``params`` are the statement's parameters,
+    statement removes and adds, with the table's AUG columns (``c0, c1, ...``); ``params`` are the statement's parameters,
     bound to the first of them read. A keyed write's stamp exceeds every stamp this site knows for
     the keys it writes, so the new version wins over each version it replaces (the hybrid clock
     observes them first). Two statements for a DELETE, three for an INSERT, four for an UPDATE; the
     maintainer then writes ``_crr.cl``, the AUG tuples and the APP table.
     """
     keyed = bool(rel.key)
-    kh = key_hash_sql(rel.name, rel.key_columns, "w") if keyed else "NULL::UHUGEINT"
-    rid = tuple_id_sql(rel.name, rel.columns, "w")
+    kh = key_hash_sql(rel.name, rel.key_aug_columns, "w") if keyed else "NULL::UHUGEINT"
+    rid = tuple_id_sql(rel.name, rel.aug_columns, "w")
     cols = cols_sql(rel, "w")
     count = 0
     if old is not None:
@@ -100,7 +100,7 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     """Check NOT NULL and key rules for the rows in ``_crr_wnew`` (one query); return the largest
     stamp this site knows for their keys (None if unkeyed or none)."""
     new = temp_table("_crr_wnew")
-    checks = [f"count(DISTINCT w.id) FILTER (WHERE w.{quote_ident(c)} IS NULL)" for c in rel.not_null]
+    checks = [f"count(DISTINCT w.id) FILTER (WHERE w.{rel.aug_column(c)} IS NULL)" for c in rel.not_null]
     source = f"{new} w"
     freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""  # keys the statement deletes
     if rel.key:

@@ -36,8 +36,8 @@ def cut(cs: Changeset, rows: pa.Table, batch: int, sign: int) -> list[Batch]:
     con.execute("SET arrow_lossless_conversion = true")
     con.register("t", rc.tuples)
     con.register("cl", cs.cl)
-    tuples = con.sql("SELECT * FROM t ORDER BY a").to_arrow_table()
-    cl = con.sql("SELECT cl.* FROM cl JOIN t ON t.id = cl.id ORDER BY t.a").to_arrow_table()
+    tuples = con.sql("SELECT * FROM t ORDER BY c0").to_arrow_table()  # c0: column a (AUG names are positional)
+    cl = con.sql("SELECT cl.* FROM cl JOIN t ON t.id = cl.id ORDER BY t.c0").to_arrow_table()
     con.close()
     if not (tuples.num_rows == cl.num_rows == rows.num_rows):
         raise ValueError("expected one tuple and one causal-length entry per row")

@@ -19,7 +19,7 @@ DuckDB, ``concat``/``array_distinct``/``array_sort`` on Spark).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from sqlglot import exp
@@ -50,6 +50,23 @@ class Branch:
     occurrences: list[Occurrence]
     predicate: exp.Expression | None
     names: list[str | None]  # output names the query gives (alias or column name), None if unnamed
+    columns_of: dict[str, list[str]] = field(default_factory=dict)  # alias -> its input's column names
+
+    def positional(self) -> "Branch":
+        """This branch reading its inputs' AUG columns: ``alias.name`` becomes ``alias.c<position>``.
+
+        Delta plans run over AUG state, whose columns are named by position (see
+        :mod:`crr.catalog`), so no user column name can meet an internal one (``_crr_ids``...).
+        """
+        def rename(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.table in self.columns_of:
+                position = self.columns_of[node.table].index(node.name)
+                return exp.column(f"c{position}", table=node.table, quoted=True)
+            return node
+        return Branch(projections=[p.transform(rename) for p in self.projections],
+                      occurrences=self.occurrences,
+                      predicate=self.predicate.transform(rename) if self.predicate is not None else None,
+                      names=self.names, columns_of=self.columns_of)
 
     def select(self, names: list[str], types: list[str] | None, source: Callable[[int], exp.Expression],
                with_ids: bool) -> exp.Select:
@@ -119,12 +136,18 @@ class ViewPlan:
         """One plan per (branch, occurrence) whose relation is in ``changed``.
 
         ``source(relation, delta)`` gives the SQL of a relation's delta (``delta=True``) or full
-        augmented state, each with the relation's columns plus ``_crr_ids``.
+        augmented state, each with the relation's AUG columns (``c0, c1, ...``) plus ``_crr_ids``;
+        the plan's output columns are the view's AUG columns plus ``_crr_ids``.
+
+        The identity each plan implements: for a branch ``X1 x ... x Xn`` filtered and projected,
+        ``delta(X1 x ... x Xn) = sum_i X1' x ... x dXi x ... x Xn'`` where ``Xj'`` is the state of
+        ``Xj`` after this batch's changes to it; summing every term into the view is safe because
+        ``+`` is idempotent (a derivation found by two terms is added once).
         """
-        names = [c for c, _ in self.columns]
+        names = [f"c{i}" for i in range(len(self.columns))]
         types = [t for _, t in self.columns]
         plans = []
-        for b in self.branches:
+        for b in (b.positional() for b in self.branches):
             for i, occ in enumerate(b.occurrences):
                 if occ.relation not in changed:
                     continue
@@ -138,13 +161,18 @@ class ViewPlan:
         names = [c for c, _ in self.columns]
         selects = [b.select(names, None,
                             (lambda j, b=b: source(b.occurrences[j].relation)) if source
-                            else (lambda j, b=b: exp.to_table(b.occurrences[j].relation, quoted=True)),
+                            else (lambda j, b=b: table_ref(b.occurrences[j].relation)),
                             with_ids=False)
                    for b in self.branches]
         query: exp.Expression = selects[0]
         for s in selects[1:]:
             query = exp.union(query, s, distinct=True)
         return query
+
+
+def table_ref(relation: str) -> exp.Table:
+    """A reference to the APP table of ``relation``, whatever characters its name holds."""
+    return exp.Table(this=exp.to_identifier(relation, quoted=True))
 
 
 def flatten_union(query: exp.Expression) -> list[exp.Select]:
@@ -173,7 +201,7 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
     explicit = list(branches[0].names)
     if any(n is None for n in explicit):
         probe = branches[0].select([n or f"_crr_col{i}" for i, n in enumerate(explicit)], None,
-                                   lambda j: exp.to_table(branches[0].occurrences[j].relation, quoted=True),
+                                   lambda j: table_ref(branches[0].occurrences[j].relation),
                                    with_ids=False)
         for proj, n in zip(probe.expressions, explicit):
             if n is None:
@@ -253,7 +281,8 @@ def _normalise(select: exp.Select, relation_columns: Callable[[str], Columns | N
     projections = [p.transform(qualify) for p in projections]
     if predicate is not None:
         predicate = predicate.transform(qualify)
-    return Branch(projections=projections, occurrences=occurrences, predicate=predicate, names=names)
+    return Branch(projections=projections, occurrences=occurrences, predicate=predicate, names=names,
+                  columns_of=columns_of)
 
 
 def _qualify(node: exp.Expression, columns_of: dict[str, list[str]], using_first: dict[str, str]) -> exp.Expression:

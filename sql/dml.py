@@ -21,8 +21,10 @@ from sql.statements import DIALECT
 class RowQueries:
     """SQL of the rows a statement removes (``old``) and adds (``new``); either may be None.
 
-    Both select the table's columns in declaration order, named as the table's columns; ``new``
-    casts every value to its declared type.
+    Both select the table's columns in declaration order, named positionally ``c0, c1, ...`` (crr's
+    internal names, which no user column name can collide with); ``new`` casts every value to its
+    declared type. For an UPDATE, ``old`` and ``new`` are one query whose rows carry each row's new
+    values (``c0, c1, ...``) and its old values (``o0, o1, ...``).
     """
 
     old: str | None
@@ -72,7 +74,7 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
             value: exp.Expression = exp.column(f"c{target_cols.index(name)}", table="_crr_src", quoted=True)
         else:
             value = exp.Null()
-        projections.append(exp.alias_(_cast(value, type_sql), name, quoted=True))
+        projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
     query = exp.select(*projections).from_(subquery)
     return RowQueries(old=None, new=query.sql(DIALECT))
 
@@ -119,8 +121,8 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
     new_proj = []
     for i, (n, type_sql) in enumerate(columns):
         src = f"_crr_set_{set_cols.index(n)}" if n in assignments else f"_crr_old_{i}"
-        new_proj.append(exp.alias_(_cast(exp.column(src, quoted=True), type_sql), n, quoted=True))
-    old_cols = [exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))]
+        new_proj.append(exp.alias_(_cast(exp.column(src, quoted=True), type_sql), f"c{i}", quoted=True))
+    old_cols = [exp.alias_(exp.column(f"_crr_old_{i}", quoted=True), f"o{i}", quoted=True) for i in range(len(names))]
     query = exp.select(*new_proj, *old_cols).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=_q("_crr_upd"))))
     sql = query.sql(DIALECT)
     return RowQueries(old=sql, new=sql)
@@ -132,7 +134,8 @@ def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) ->
     _refuse(tree, "limit", "DELETE ... LIMIT")
     target = _target(tree).copy()
     qualifier = target.alias_or_name
-    proj = [exp.alias_(exp.column(n, table=qualifier, quoted=True), n, quoted=True) for n, _ in columns]
+    proj = [exp.alias_(exp.column(n, table=qualifier, quoted=True), f"c{i}", quoted=True)
+            for i, (n, _) in enumerate(columns)]
     query = exp.select(*proj).from_(target)
     for extra in tree.args.get("using") or []:
         query = query.join(extra.copy(), join_type="cross")

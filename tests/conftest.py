@@ -20,7 +20,7 @@ def aug(site: crr.Site, rel: str) -> dict:
         tuples = site.execute(f'SELECT * EXCLUDE (seq) FROM _crr."{rel}$t" ORDER BY id')
         monos = None
     else:
-        cols = ", ".join(f'"{c}"' for c in r.column_names)
+        cols = ", ".join(c.name for c in r.aug_columns)
         tuples = site.execute(f'SELECT DISTINCT vid, {cols} FROM _crr."{rel}$m" ORDER BY vid')
         monos = site.execute(f'SELECT vid, mid, ids FROM _crr."{rel}$m" ORDER BY vid, mid')
     lineage = ", ".join(f"'{x}'" for x in sorted(site.lineage(rel)))

@@ -16,6 +16,7 @@ VIEWS = {
     "selfj": "SELECT x.a, y.b FROM r x JOIN r y ON x.b = y.a",
     "uni": "SELECT a FROM r UNION SELECT c FROM q WHERE c < 5",
 }
+# inputs as delta plans read them: AUG columns named by position (r: c0 = a, c1 = b; q: c0 = b, c1 = c)
 R = [(1, 2, [10]), (2, 3, [11]), (3, 2, [12]), (2, 2, [13])]
 Q = [(2, 4, [20]), (3, 9, [21])]
 
@@ -46,7 +47,7 @@ def test_plans_transpile_to_spark_sql():
 
 def _duckdb_results(plans):
     con = duckdb.connect()
-    for table, rows, cols in (("r", R, "a INT, b INT"), ("q", Q, "b INT, c INT")):
+    for table, rows, cols in (("r", R, "c0 INT, c1 INT"), ("q", Q, "c0 INT, c1 INT")):
         for prefix in ("", "d_"):
             con.execute(f"CREATE TABLE {prefix}{table} ({cols}, _crr_ids INT[])")
             con.executemany(f"INSERT INTO {prefix}{table} VALUES (?, ?, ?)", rows)
@@ -58,8 +59,8 @@ def test_plans_give_the_same_rows_on_spark_and_duckdb():
     pytest.importorskip("pyspark")
     from experiments.gupta_spark import spark_session
     spark = spark_session()
-    for table, rows, schema in (("r", R, "a int, b int, _crr_ids array<int>"),
-                                ("q", Q, "b int, c int, _crr_ids array<int>")):
+    for table, rows, schema in (("r", R, "c0 int, c1 int, _crr_ids array<int>"),
+                                ("q", Q, "c0 int, c1 int, _crr_ids array<int>")):
         df = spark.createDataFrame(rows, schema)
         for prefix in ("", "d_"):
             df.createOrReplaceTempView(prefix + table)

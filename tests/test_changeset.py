@@ -73,7 +73,7 @@ def test_forged_ids_are_refused():
     a, b = _pair()
     cs = a.changes(relations=["t"])
     rc = cs.relations[0]
-    rc.tuples = rc.tuples.set_column(2, "v", __import__("pyarrow").array(["forged"] * rc.tuples.num_rows))
+    rc.tuples = rc.tuples.set_column(2, "c1", __import__("pyarrow").array(["forged"] * rc.tuples.num_rows))
     state = _snapshot(b)
     with pytest.raises(crr.ChangesetError, match="do not match"):
         b.merge(crr.Changeset.from_bytes(cs.to_bytes()))

@@ -68,6 +68,6 @@ def test_sigkill_during_writes_loses_no_committed_write(tmp_path):
         # writes do not store the sequence number in _crr.meta: it is recovered from the AUG rows,
         # so cursors handed out before the crash stay valid and new changes come after them
         assert s.cursor >= cursor
-        assert committed in s.changes(since=cursor - 1).relation("r").tuples.column("a").to_pylist()
+        assert committed in s.changes(since=cursor - 1).relation("r").tuples.column("c0").to_pylist()
         s.execute("INSERT INTO r VALUES (-1)")
         assert s.cursor > cursor and s.changes(since=cursor).relation("r").tuples.num_rows >= 1
