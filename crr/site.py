@@ -21,7 +21,7 @@ from crr.types import Column, quote_ident, quote_str, tuple_id_sql, type_family
 from crr.writes import prepare_write
 from sql import dml
 from sql.compile import compile_view
-from sql.statements import CreateTable, CreateView, Dml, Drop, Other, classify
+from sql.statements import CreateTable, CreateView, Dml, Drop, Other, classify, fold_identifier
 
 _DUCKDB_ERRORS: list[tuple[type, type]] = [
     (duckdb.ConstraintException, ConstraintError),
@@ -226,7 +226,7 @@ class Site:
 
     def relation(self, name: str) -> Relation:
         """The catalog entry of a relation (columns, key, kind, view plan)."""
-        rel = self._rels.get(name.lower())
+        rel = self._rels.get(fold_identifier(name))
         if rel is None:
             raise CatalogError(f"no relation named {name} at site {self.site_id}")
         return rel
@@ -502,7 +502,7 @@ class Site:
         (columns matched by name when all names match, else by position).
         """
         self._check_open()
-        rel = self._writable(table.lower())
+        rel = self._writable(fold_identifier(table))
         names = rel.column_names
         if isinstance(rows, pa.Table):
             data = rows
@@ -515,7 +515,7 @@ class Site:
             data = pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))}) if rows else None
             if data is None:
                 return 0
-        given = [c.lower() for c in data.column_names]
+        given = [fold_identifier(c) for c in data.column_names]
         if sorted(given) == sorted(names):
             pick = {n: given.index(n) for n in names}
         elif len(given) == len(names):
@@ -571,7 +571,7 @@ class Site:
         """
         self._check_open()
         since = since or 0
-        names = ([r.lower() for r in relations] if relations is not None else
+        names = ([fold_identifier(r) for r in relations] if relations is not None else
                  [n for n, r in self._rels.items() if r.kind != "source"])
         for n in names:
             if self.relation(n).kind == "source":
@@ -703,7 +703,7 @@ class Site:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._check_open()
         rows = self._con.execute(f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?",
-                                 [peer, relation.lower()]).fetchall()
+                                 [peer, fold_identifier(relation)]).fetchall()
         return int(rows[0][0]) if rows else 0
 
     def peer_cursors(self) -> list[tuple[str, str, int, Any]]:

@@ -91,11 +91,20 @@ class Other:
 Statement = CreateTable | CreateView | Drop | Dml | Other
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold_identifier(name: str) -> str:
+    """The form crr stores an identifier in: ASCII letters lower-cased, as DuckDB compares names
+    (``"À"`` and ``"à"`` are different names to DuckDB, ``"A"`` and ``"a"`` the same)."""
+    return name.translate(_ASCII_LOWER)
+
+
 def normalize_name(name: str) -> str:
-    """Fold an identifier to the lower-case form crr stores in its catalog."""
+    """Fold an identifier (quoted or not) to the form crr stores in its catalog."""
     if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
         name = name[1:-1].replace('""', '"')
-    return name.lower()
+    return fold_identifier(name)
 
 
 def parse_one(sql: str) -> exp.Expression:
@@ -115,7 +124,7 @@ def _first_line(text: str) -> str:
 
 def _lower_identifiers(tree: exp.Expression) -> exp.Expression:
     for ident in tree.find_all(exp.Identifier):
-        ident.set("this", ident.this.lower())
+        ident.set("this", fold_identifier(ident.this))
     return tree
 
 
@@ -214,9 +223,6 @@ def _create_table(kind: str, sql: str) -> CreateTable:
         if k not in names:
             raise SqlError(f"PRIMARY KEY column {k} is not a column of {name} (columns: {', '.join(names)})")
         next(c for c in columns if c.name == k).not_null = True
-    for n in names:
-        if n.startswith("_crr"):
-            raise SqlError(f"column name {n} is reserved (names starting with _crr are crr's own)")
     return CreateTable(kind=kind, name=name, columns=columns, key=key,
                        if_not_exists=bool(tree.args.get("exists")))
 
