@@ -256,22 +256,33 @@ class Maintainer:
         Columns: id, rel, kh, cl, stamp, old_vis, vis, grew. Unkeyed entries are visible iff their
         length is odd; keyed ones are recomputed over every version of their keys (DESIGN 1.2).
         """
-        n = f"""(SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl,
-                        max(coalesce(stamp, 0::UHUGEINT)) AS stamp FROM {batch.cl} GROUP BY id)"""
+        # one row per id; an id's relation and key hash never change, so entries disagreeing with
+        # each other or with what this site stored for the id are forged (the check sits in a column
+        # every later step reads, so it always runs)
+        forged = ("error('crr: causal-length entries of ' || n.rel || ' disagree about a tuple''s relation or key "
+                  "hash; the changeset is corrupt or forged')")
+        n = f"""(SELECT n.id, n.rel, CASE WHEN n.mixed OR (c.id IS NOT NULL AND (c.rel <> n.rel OR c.kh IS DISTINCT FROM n.kh))
+                                  THEN {forged} ELSE n.kh END AS kh, n.cl, n.stamp,
+                        c.id IS NOT NULL AS known, c.cl AS old_cl, c.stamp AS old_stamp, c.vis AS old_vis
+                 FROM (SELECT id, min(rel) AS rel, min(kh) AS kh, max(cl) AS cl, max(coalesce(stamp, 0::UHUGEINT)) AS stamp,
+                              min(rel) <> max(rel) OR min(kh) IS DISTINCT FROM max(kh)
+                                  OR (count(kh) > 0 AND count(kh) < count(*)) AS mixed
+                       FROM {batch.cl} GROUP BY id) n
+                 LEFT JOIN _crr.cl c ON c.id = n.id)"""
         ctes, parts = [f"n AS {n}"], []
         if batch.cl_unkeyed is not False:
             parts.append("""
-                SELECT n.id, n.rel, n.kh, greatest(n.cl, c.cl) AS cl, greatest(n.stamp, c.stamp) AS stamp,
-                       coalesce(c.vis, false) AS old_vis, greatest(n.cl, c.cl) % 2 = 1 AS vis, true AS grew
-                FROM n LEFT JOIN _crr.cl c ON c.id = n.id
-                WHERE n.kh IS NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp)""")
+                SELECT n.id, n.rel, n.kh, greatest(n.cl, n.old_cl) AS cl, greatest(n.stamp, n.old_stamp) AS stamp,
+                       coalesce(n.old_vis, false) AS old_vis, greatest(n.cl, n.old_cl) % 2 = 1 AS vis, true AS grew
+                FROM n
+                WHERE n.kh IS NULL AND (NOT n.known OR n.cl > n.old_cl OR n.stamp > n.old_stamp)""")
         if batch.cl_keyed is not False:
             # every version of the batch's keys, merged; a version is visible when it is present and
             # has its key's largest stamp among present versions (a GROUP BY: windows are slower here)
             versions = """(SELECT coalesce(n.id, c.id) AS id, coalesce(n.rel, c.rel) AS rel,
                                   coalesce(n.kh, c.kh) AS kh, greatest(n.cl, c.cl) AS cl,
                                   greatest(n.stamp, c.stamp) AS stamp, coalesce(c.vis, false) AS old_vis,
-                                  n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
+                                  n.id IS NOT NULL AND (NOT n.known OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
                            FROM (SELECT * FROM n WHERE kh IS NOT NULL) n
                            FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
                                       WHERE kh IN (SELECT kh FROM n WHERE kh IS NOT NULL)) c ON c.id = n.id)"""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import time
 import uuid
 from typing import Any, Iterable, Iterator
 
@@ -17,7 +19,7 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
-from crr.types import Column, quote_ident, quote_str, tuple_id_sql, type_family
+from crr.types import Column, key_hash_sql, quote_ident, quote_str, tuple_id_sql, type_family
 from crr.writes import prepare_write
 from sql import dml
 from sql.compile import compile_view
@@ -57,6 +59,9 @@ def _changeset_errors() -> Iterator[None]:
         raise
 
 
+MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
+
+
 class MergeResult(dict):
     """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
 
@@ -79,10 +84,13 @@ class Site:
 
     ``Site(path=":memory:", site_id=None)`` opens or creates the DuckDB file at ``path``. The site id
     is generated once and persisted; passing a different ``site_id`` for an existing file is an error.
+    ``max_clock_skew`` (seconds) bounds how far ahead of this site's clock a merged stamp may be.
     """
 
-    def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
+                 max_clock_skew: float = 86_400.0) -> None:
         self.path = str(path)
+        self.max_clock_skew = float(max_clock_skew)
         try:
             self._con = duckdb.connect(self.path)
         except duckdb.Error as e:
@@ -619,29 +627,24 @@ class Site:
         held, ignored = [], []
         for rc in cs.relations:
             rel = self._rels.get(rc.name)
-            if rel is None:
-                ignored.append(rc.name)
+            if rel is None or rel.kind == "view":
+                ignored.append(rc.name)  # a local view is computed here from its inputs, never merged
                 continue
             self._check_schema(rel, rc)
             held.append((rel, rc))
         con = self._con
         registered: list[str] = []
+        before = self._rels
         try:
             with self._transaction(), _changeset_errors():
                 batch = Batch()
                 lineage: set[str] = set()
+                learned = self._learn_lineage(held)
+                keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
                 for i, (rel, rc) in enumerate(held):
                     lineage |= set(rc.lineage)
-                    if rel.kind in ("remote", "source") and not set(rc.lineage) <= rel.lineage:
-                        rel.lineage |= set(rc.lineage)
-                        con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
-                                    [relation_row(rel, 0)[6], rel.name])
                     idcol = "id" if rc.kind == "base" else "vid"
-                    # the ids must be the hashes of the values: checked where they are read (error() aborts)
-                    forged = quote_str(f"crr: tuple ids of {rc.name} do not match their values; "
-                                       "the changeset is corrupt or forged")
-                    check = (f"CASE WHEN {idcol} IS NOT DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} "
-                             f"THEN {idcol} ELSE error({forged}) END")
+                    check = self._tuple_check(rel, idcol)
                     as_id = "id" if rel.is_base else "vid"
                     expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
                     if rc.kind == "base":
@@ -651,6 +654,9 @@ class Site:
                         tuples = f"(SELECT {check} AS {as_id}, {cols_sql(rel)} FROM {view})"
                         if rel.is_base:
                             batch.base[rel.name] = tuples
+                            if rel.key:
+                                keyed_hashes.append(f"SELECT id, {key_hash_sql(rel.name, rel.key_aug_columns)} AS kh "
+                                                    f"FROM {view}")
                         else:
                             batch.derived[rel.name] = (tuples, None)
                         continue
@@ -672,14 +678,11 @@ class Site:
                     interest = set(lineage)
                     for name in self._rels:
                         interest |= self.lineage(name)
-                    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
                     # read straight from Arrow by the maintainer's one query over it (checked there)
                     view = self._register("_crr_in_cl", cs.cl, registered,
                                           [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
                                            ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-                    batch.cl = f"""(SELECT id, rel, CASE WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
-                        error('crr: causal-length entries need an id, a relation and a length >= 1') ELSE cl END AS cl,
-                        kh, stamp FROM {view} WHERE rel IN ({rels}))"""
+                    batch.cl = self._cl_check(view, interest, keyed_hashes)
                     nulls = cs.cl.column("kh").null_count
                     batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
                     names = cs.cl.column("rel").unique().to_pylist()
@@ -690,6 +693,9 @@ class Site:
                         ON CONFLICT (peer, relation) DO UPDATE
                         SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated""",
                                     [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
+        except BaseException:
+            self._rels = before  # the catalog snapshot of before the merge (its lineage updates rolled back)
+            raise
         finally:
             big = len(cs) > 10_000  # a small batch's input tables are replaced by the next merge
             for name in registered:
@@ -698,6 +704,68 @@ class Site:
                 elif big:
                     con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
         return MergeResult(result, ignored)
+
+    def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> bool:
+        """Record the base relations a changeset says remote relations derive from.
+
+        The catalog is replaced by a new snapshot holding the grown lineages (the caller restores
+        the old one if the transaction fails), and the stored catalog is updated in the transaction.
+        """
+        grown = {rel.name: rel.lineage | set(rc.lineage) for rel, rc in held
+                 if rel.kind in ("remote", "source") and not set(rc.lineage) <= rel.lineage}
+        if not grown:
+            return False
+        self._rels = {n: dataclasses.replace(r, lineage=grown[n]) if n in grown else r for n, r in self._rels.items()}
+        for name in grown:
+            self._con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
+                              [relation_row(self._rels[name], 0)[6], name])
+        return True
+
+    def _tuple_check(self, rel: Relation, idcol: str) -> str:
+        """SQL yielding ``idcol`` of received tuples, aborting the merge (``error()``) when an id is not
+        the hash of its values or a column this site declares NOT NULL holds NULL."""
+        forged = quote_str(f"crr: tuple ids of {rel.name} do not match their values; the changeset is corrupt "
+                           "or forged")
+        whens = [f"WHEN {idcol} IS DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} THEN error({forged})"]
+        for name in rel.not_null:
+            null = quote_str(f"crr: relation {rel.name}: the changeset holds NULL in column {name}, which this "
+                             "site declares NOT NULL; declare it alike at every site (or without NOT NULL here)")
+            whens.append(f"WHEN {rel.aug_column(name)} IS NULL THEN error({null})")
+        return f"CASE {' '.join(whens)} ELSE {idcol} END"
+
+    def _cl_check(self, view: str, interest: set[str], keyed_hashes: list[str]) -> str:
+        """FROM text of a changeset's causal-length entries that concern this site, checked as they
+        are read (``error()`` aborts the merge; each message names the relation).
+
+        * id, relation and a length from 1 to :data:`MAX_CAUSAL_LENGTH` (room to keep growing);
+        * a stamp no further ahead of the local clock than ``max_clock_skew`` seconds;
+        * for a replicated table held here, a key hash exactly when the table is keyed, and equal to
+          the key hash recomputed from the values when the changeset carries them.
+        """
+        rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
+        limit = ((int((time.time() + self.max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
+        keyed = sorted(r.name for r in self._rels.values() if r.is_base and r.key)
+        unkeyed = sorted(r.name for r in self._rels.values() if r.is_base and not r.key)
+        joined = f"(SELECT * FROM {view} WHERE rel IN ({rels}))"
+        kh = "e.kh"
+        if keyed_hashes:
+            joined = f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({' UNION ALL '.join(keyed_hashes)}) h "                      "ON h.id = e.id)"
+            kh = "CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "                  "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "                  "changeset is corrupt or forged') ELSE e.kh END"
+        keyed_sql = ", ".join(quote_str(r) for r in keyed) or "NULL"
+        unkeyed_sql = ", ".join(quote_str(r) for r in unkeyed) or "NULL"
+        return f"""(SELECT id, rel, CASE
+                WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
+                    error('crr: causal-length entries need an id, a relation and a length >= 1')
+                WHEN cl > {MAX_CAUSAL_LENGTH} THEN
+                    error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
+                WHEN stamp > {limit}::UHUGEINT THEN
+                    error('crr: a stamp of ' || rel || ' is more than {self.max_clock_skew:g} s ahead of this site''s '
+                          || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
+                WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
+                    error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
+                WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
+                    error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
+                ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
 
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""

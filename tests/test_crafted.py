@@ -1,0 +1,172 @@
+"""Changesets from a peer that holds the secret but lies (DESIGN 1.6, guarantee 4).
+
+Each test forges one field of an otherwise valid changeset the way a malicious or buggy peer could
+(key hashes, stamps, causal lengths, tuples of a local view, NULLs a receiver refuses) and checks
+that the merge is refused with a ChangesetError naming the relation and changes nothing, or that
+the forged part is ignored, and that the site keeps working afterwards.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import crr
+from tests.conftest import app, aug
+
+
+def edit(table: pa.Table, select: str) -> pa.Table:
+    """``table`` rewritten by a DuckDB SELECT over it (named ``x``), keeping crr's Arrow types."""
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    con.register("x", table)
+    out = con.sql(select).to_arrow_table()
+    con.close()
+    return out
+
+
+def state(site: crr.Site) -> tuple:
+    """Everything a merge could change at a site."""
+    return {r: (app(site, r) if site.relation(r).kind != "source" else None, aug(site, r))
+            for r in site.relations()}, site.cursor
+
+
+def keyed_pair() -> tuple[crr.Site, crr.Site]:
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    a.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
+    b.merge(a.changes())
+    return a, b
+
+
+def test_forged_key_hash_with_values_is_refused():
+    a, b = keyed_pair()
+    a.execute("INSERT INTO t VALUES (3, 'z')")
+    cs = a.changes(since=b.peer_cursor("a", "t"))
+    # the new version claims the key hash of k = 1: two visible rows for one key if believed
+    kh1 = "(SELECT kh FROM x WHERE id = (SELECT min(id) FROM x))"
+    cs.cl = edit(cs.cl, f"SELECT id, rel, cl, {kh1} AS kh, stamp FROM x")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="key hash of a tuple of t"):
+        b.merge(cs.to_bytes())
+    assert state(b) == before
+
+
+def test_forged_key_hash_of_a_known_id_is_refused():
+    a, b = keyed_pair()
+    cs = a.changes()
+    cs.relations[0].tuples = cs.relations[0].tuples.slice(0, 0)  # entries alone: no values to recompute from
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl + 2 AS cl, kh + 1 AS kh, stamp FROM x")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="disagree about a tuple's relation or key hash"):
+        b.merge(cs)
+    assert state(b) == before
+    cs.cl = edit(cs.cl, "SELECT id, 'u' AS rel, cl, kh - 1 AS kh, stamp FROM x")
+    b.execute("CREATE REPLICATED TABLE u (k INT PRIMARY KEY, v VARCHAR)")
+    with pytest.raises(crr.ChangesetError, match="relation or key hash"):
+        b.merge(cs)
+
+
+def test_keyed_entries_without_key_hash_are_refused():
+    a, b = keyed_pair()
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl, NULL::UHUGEINT AS kh, stamp FROM x")
+    with pytest.raises(crr.ChangesetError, match="keyed table t has no key hash"):
+        b.merge(cs)
+
+
+def test_stamp_far_in_the_future_is_refused_and_writes_go_on(tmp_path):
+    a, _ = keyed_pair()
+    path = str(tmp_path / "b.duckdb")
+    b = crr.Site(path, site_id="b")
+    b.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl, kh, 340282366920938463463374607431768211455::UHUGEINT AS stamp FROM x")
+    with pytest.raises(crr.ChangesetError, match="ahead of this site's clock"):
+        b.merge(cs.to_bytes())
+    assert app(b, "t") == []
+    b.merge(a.changes())
+    b.execute("UPDATE t SET v = 'new' WHERE k = 1")
+    b.close()
+    with crr.Site(path) as b:
+        b.execute("UPDATE t SET v = 'newer' WHERE k = 1")
+        b.execute("INSERT INTO t VALUES (5, 'w')")
+        assert app(b, "t") == [(1, "newer"), (2, "y"), (5, "w")]
+
+
+def test_clock_skew_is_configurable():
+    a, _ = keyed_pair()
+    hour_ahead = (((int(__import__("time").time() * 1000) + 3_600_000) << 16) << 64)
+    cs = a.changes()
+    cs.cl = edit(cs.cl, f"SELECT id, rel, cl, kh, {hour_ahead}::UHUGEINT AS stamp FROM x")
+    strict = crr.Site(site_id="strict", max_clock_skew=60)
+    lenient = crr.Site(site_id="lenient")
+    for s in (strict, lenient):
+        s.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    with pytest.raises(crr.ChangesetError, match="60 s ahead"):
+        strict.merge(cs)
+    lenient.merge(cs)
+    assert app(lenient, "t") == [(1, "x"), (2, "y")]
+
+
+def test_huge_causal_length_is_refused_and_tuple_stays_deletable():
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE r (x INT)")
+    a.execute("INSERT INTO r VALUES (1)")
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, 2147483647 AS cl, kh, stamp FROM x")
+    with pytest.raises(crr.ChangesetError, match="causal length of r exceeds"):
+        b.merge(cs)
+    b.merge(a.changes())
+    b.execute("DELETE FROM r WHERE x = 1")
+    assert app(b, "r") == []
+    assert b.execute("SELECT cl FROM _crr.cl") == [(2,)]
+
+
+def test_tuples_of_a_local_view_are_ignored():
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE r (x INT)")
+        s.execute("CREATE MATERIALIZED VIEW v AS SELECT x FROM r WHERE x > 1")
+    a.execute("INSERT INTO r VALUES (5)")
+    b.execute("INSERT INTO r VALUES (7)")
+    result = b.merge(a.changes(relations=["v"]))
+    assert "v" in result.ignored
+    assert app(b, "v") == [(7,)]  # a's view rows come only with a's r, not as foreign view tuples
+    b.merge(a.changes(relations=["r"]))
+    assert app(b, "v") == [(5,), (7,)]
+
+
+def test_null_in_a_column_the_receiver_declares_not_null():
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    a.execute("CREATE REPLICATED TABLE r (x INT, y INT)")
+    b.execute("CREATE REMOTE TABLE r (x INT, y INT NOT NULL)")
+    b.execute("CREATE REPLICATED TABLE other (z INT)")
+    a.execute("INSERT INTO r VALUES (1, NULL), (2, 3)")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="NOT NULL"):
+        b.merge(a.changes().to_bytes())
+    assert state(b) == before
+    b.execute("INSERT INTO other VALUES (1)")  # the site keeps working
+    assert app(b, "other") == [(1,)]
+
+
+def test_refused_merge_leaves_lineage_as_it_was():
+    """A refused merge into an unstored remote source must not leave its lineage learned in memory
+    (it would refuse a later join view over the source until the site is reopened)."""
+    a, v = crr.Site(site_id="a"), crr.Site(site_id="v")
+    a.execute("CREATE REPLICATED TABLE r (x INT)")
+    a.execute("INSERT INTO r VALUES (1)")
+    v.execute("CREATE REMOTE SOURCE r (x INT)")
+    v.execute("CREATE MATERIALIZED VIEW p AS SELECT x FROM r")
+    cs = a.changes()
+    cs.relations[0].tuples = edit(cs.relations[0].tuples, "SELECT id, c0 + 1 AS c0 FROM x")
+    with pytest.raises(crr.ChangesetError, match="do not match their values"):
+        v.merge(cs)
+    assert v.lineage("r") == set()
+    v.execute("CREATE MATERIALIZED VIEW j AS SELECT x.x FROM r x JOIN r y ON x.x = y.x")
+    v.merge(a.changes())
+    assert app(v, "j") == [(1,)] and app(v, "p") == [(1,)]
