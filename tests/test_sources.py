@@ -114,7 +114,7 @@ def test_forged_ids_into_a_source_are_refused_and_change_nothing(base, joined):
     base.execute("INSERT INTO r VALUES (1, 1, 100), (2, 10, 100)")
     cs = base.changes(relations=["r"])
     rc = cs.relations[0]
-    rc.tuples = rc.tuples.set_column(3, "c", pa.array([7] * rc.tuples.num_rows, pa.int32()))
+    rc.tuples = rc.tuples.set_column(3, "c2", pa.array([7] * rc.tuples.num_rows, pa.int32()))
     with pytest.raises(crr.ChangesetError, match="do not match"):
         v.merge(crr.Changeset.from_bytes(cs.to_bytes()))
     assert app(v, "p") == [] and v.execute("SELECT count(*) FROM _crr.cl") == [(0,)]
