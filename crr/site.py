@@ -49,14 +49,16 @@ def _translated_errors() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _changeset_errors() -> Iterator[None]:
-    """Turn the checks that abort a merge from inside SQL (``error('crr: ...')``) into ChangesetError."""
+    """Every DuckDB failure inside a merge is a ChangesetError: the checks that abort a merge from inside
+    SQL (``error('crr: ...')``) with their own message, anything else with DuckDB's."""
     try:
         yield
     except duckdb.Error as e:
         text = str(e)
         if "crr: " in text:
             raise ChangesetError("malformed changeset: " + text.split("crr: ", 1)[1].strip()) from None
-        raise
+        raise ChangesetError(f"the changeset could not be merged ({type(e).__name__}: {text.strip()}); "
+                             "nothing was changed") from None
 
 
 MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
