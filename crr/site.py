@@ -607,7 +607,7 @@ class Site:
                                          WHERE seq > {since}""").to_arrow_table()
                 out.append(RelationChanges(
                     name=n, kind="base" if rel.is_base else "derived",
-                    columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key),
+                    columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
                     fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
             rels = ", ".join(quote_str(r) for r in sorted(lineage)) or "NULL"
             cl = con.sql(f"""SELECT id, rel, cl, kh, stamp FROM {SCHEMA}.cl
@@ -791,9 +791,13 @@ class Site:
         if rel.is_base and rc.kind != "base":
             raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
                                       "at the source; a replicated table merges only replicas of itself")
-        if rel.kind == "view" and rc.kind == "base":
-            raise SchemaMismatchError(f"relation {rel.name} is a materialized view here but a replicated table at the "
-                                      "source; declare it here as CREATE REMOTE TABLE to receive it")
+        extra = [c for c in rel.not_null if c not in rc.not_null]
+        if extra:
+            # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
+            raise SchemaMismatchError(
+                f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
+                f"source {'does not' if rc.kind == 'base' else '(a view) cannot'} guarantee it; declare the relation "
+                "here without that NOT NULL, or NOT NULL at the source too")
         if rel.is_base and list(rc.key) != list(rel.key):
             raise SchemaMismatchError(
                 f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "

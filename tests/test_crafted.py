@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import crr
+from crr.types import Column, tuple_id_sql
 from tests.conftest import app, aug
 
 
@@ -140,18 +141,34 @@ def test_tuples_of_a_local_view_are_ignored():
     assert app(b, "v") == [(5,), (7,)]
 
 
-def test_null_in_a_column_the_receiver_declares_not_null():
+def test_not_null_declared_only_at_the_receiver_is_a_schema_mismatch():
     a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
     a.execute("CREATE REPLICATED TABLE r (x INT, y INT)")
     b.execute("CREATE REMOTE TABLE r (x INT, y INT NOT NULL)")
     b.execute("CREATE REPLICATED TABLE other (z INT)")
-    a.execute("INSERT INTO r VALUES (1, NULL), (2, 3)")
+    a.execute("INSERT INTO r VALUES (2, 3)")  # no NULL yet: refused all the same, before any data
     before = state(b)
-    with pytest.raises(crr.ChangesetError, match="NOT NULL"):
+    with pytest.raises(crr.SchemaMismatchError, match="declares y NOT NULL but the source does not"):
         b.merge(a.changes().to_bytes())
     assert state(b) == before
     b.execute("INSERT INTO other VALUES (1)")  # the site keeps working
     assert app(b, "other") == [(1,)]
+
+
+def test_null_sent_for_a_not_null_column_is_refused():
+    """A lying peer declares the NOT NULL but sends NULL anyway."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE r (x INT, y INT NOT NULL)")
+    a.execute("INSERT INTO r VALUES (1, 2)")
+    cs = a.changes()
+    rc = cs.relations[0]
+    forged_id = tuple_id_sql("r", [Column("c0", "INTEGER"), Column("c1", "INTEGER")])  # of (c0, NULL)
+    rc.tuples = edit(rc.tuples, f"SELECT {forged_id} AS id, c0, NULL::INTEGER AS c1 FROM (SELECT c0, NULL AS c1 FROM x)")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="NULL in column y"):
+        b.merge(cs.to_bytes())
+    assert state(b) == before
 
 
 def test_refused_merge_leaves_lineage_as_it_was():
