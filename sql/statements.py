@@ -294,8 +294,9 @@ def _agrees(sql: str, toks: list[_Tok]) -> bool:
             spans.append((t.start, t.end))  # a keyword of several words, e.g. ORDER BY
     if not all(p in starts or any(a < p <= b for a, b in spans) for p in ours):
         return False
-    words = {t.start for t in theirs if t.token_type not in _STRINGS and t.text[:1].isalpha() or t.text[:1] == "_"}
-    return words <= ({t.start for t in toks} | {t.start + 1 for t in toks if t.kind == "identifier"})
+    words = {t.start for t in theirs if t.token_type is TokenType.IDENTIFIER
+             or (t.token_type not in _STRINGS and (t.text[:1].isalpha() or t.text[:1] == "_"))}
+    return words <= {t.start for t in toks}  # and no word of sqlglot's is inside a DuckDB comment or string
 
 
 def _close(toks: list[_Tok], i: int) -> int:
