@@ -189,10 +189,10 @@ def _remember(stmt: Other) -> Other:
 # statement. sqlglot's tree, where it parses, is walked as well. Anything crr cannot see through is not
 # read-only, and its tables are over-approximated by every name in its text.
 
-_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.Copy, exp.Command,
-           exp.TruncateTable, exp.Use, exp.Set, exp.Pragma, exp.Transaction, exp.Commit, exp.Rollback, exp.Attach,
-           exp.Detach, exp.Comment, exp.Refresh, exp.Cache, exp.Uncache, exp.LoadData, exp.Export, exp.Grant,
-           exp.Revoke, exp.Execute, exp.Analyze)
+_WRITES = tuple(getattr(exp, name) for name in (
+    "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "Copy", "Command", "TruncateTable", "Use", "Set",
+    "Pragma", "Transaction", "Commit", "Rollback", "Attach", "Detach", "Comment", "Refresh", "Cache", "Uncache",
+    "LoadData", "Export", "Grant", "Revoke", "Execute", "Analyze") if hasattr(exp, name))  # (older sqlglot lacks some)
 """sqlglot nodes that change something (or that sqlglot could not parse: Command); none is in a pure read."""
 
 _READ_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE", "BOUND_SUBQUERY_NODE"}
@@ -270,9 +270,9 @@ def _tokens(sql: str) -> list[_Tok] | None:
 
 
 _TRICKY = ("/*", "$", "\\", "&")  # nested comments, dollar quotes, backslash and unicode escapes
-_STRINGS = {TokenType.STRING, TokenType.BYTE_STRING, TokenType.HEREDOC_STRING, TokenType.NATIONAL_STRING,
-            TokenType.RAW_STRING, TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.UNICODE_STRING,
-            TokenType.IDENTIFIER}
+_STRINGS = {getattr(TokenType, name) for name in (
+    "STRING", "BYTE_STRING", "HEREDOC_STRING", "NATIONAL_STRING", "RAW_STRING", "BIT_STRING", "HEX_STRING",
+    "UNICODE_STRING", "IDENTIFIER") if hasattr(TokenType, name)}
 
 
 def _agrees(sql: str, toks: list[_Tok]) -> bool:
