@@ -1,0 +1,367 @@
+"""The write guard (issue 8): a statement crr passes to DuckDB must not change a crr relation.
+
+crr decides whether a statement is read-only by what DuckDB will execute, not by its first keyword.
+Every bypass below once passed as a read and changed an APP table (or crr's internal ``_crr`` tables)
+behind crr's back: views stopped equalling their queries and peers never heard of it. Each is now
+refused, and the site is exactly as it was. Real reads, and writes to the user's own plain DuckDB
+tables, still work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import crr
+from crr.errors import UnsupportedSqlError
+from sql.statements import Other, classify
+
+VIEW_QUERY = "SELECT a, b FROM t WHERE a > 1"
+
+
+@pytest.fixture
+def site() -> Iterator[crr.Site]:
+    """A site with a keyed replicated table t, a view v over it, and a plain DuckDB table of the user's."""
+    s = crr.Site(site_id="g0")
+    s.execute("CREATE REPLICATED TABLE t (a INT PRIMARY KEY, b TEXT)")
+    s.execute(f"CREATE MATERIALIZED VIEW v AS {VIEW_QUERY}")
+    s.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y'), (3, 'z')")
+    s.execute("CREATE TABLE plain (a INT, b TEXT)")
+    s.execute("INSERT INTO plain VALUES (10, 'p')")
+    s.execute("CREATE SCHEMA other")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def csv_file(tmp_path: Path) -> str:
+    """A one-row CSV file that COPY ... FROM could load."""
+    path = tmp_path / "rows.csv"
+    path.write_text("9,n\n")
+    return str(path)
+
+
+def rows(table: pa.Table | None) -> list[tuple]:
+    """An Arrow table's rows in a canonical order."""
+    if table is None:
+        return []
+    return sorted((tuple(repr(v) for v in r.values()) for r in table.to_pylist()))
+
+
+def state(site: crr.Site) -> tuple:
+    """Everything a bypass could change: APP rows of t and v, and all the site would send to a peer."""
+    cs = site.changes()
+    sent = {r.name: (rows(r.tuples), rows(r.monos)) for r in cs.relations}
+    return (site.execute("SELECT * FROM t ORDER BY a"), site.execute("SELECT * FROM v ORDER BY a"),
+            cs.cursor, sent, rows(cs.cl))
+
+
+def assert_refused(site: crr.Site, sql: str, params: list | None = None) -> None:
+    """``sql`` raises UnsupportedSqlError, and the site is unchanged and still consistent afterwards."""
+    before = state(site)
+    with pytest.raises(UnsupportedSqlError):
+        site.execute(sql, params)
+    assert state(site) == before
+    assert site.execute("SELECT * FROM v ORDER BY a") == site.execute(f"{VIEW_QUERY} ORDER BY a")
+    assert site.execute("SELECT current_schema()") == [("main",)]
+
+
+def assert_crr_still_works(site: crr.Site) -> None:
+    """crr's own (unqualified) statements still run and keep the view equal to its query."""
+    site.execute("INSERT INTO t VALUES (4, 'w')")
+    site.execute("UPDATE t SET b = 'u' WHERE a = 2")
+    assert site.execute("SELECT * FROM v ORDER BY a") == [(2, "u"), (3, "z"), (4, "w")]
+    assert site.execute("SELECT * FROM v ORDER BY a") == site.execute(f"{VIEW_QUERY} ORDER BY a")
+
+
+# --- bypasses: EXPLAIN ANALYZE runs its statement ----------------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN ANALYZE DELETE FROM t",
+    "EXPLAIN ANALYZE DELETE FROM t WHERE a = 2",
+    "explain analyse delete from T",
+    "/* a comment */ EXPLAIN\n  ANALYZE -- another\n  DELETE FROM main.t",
+    "EXPLAIN (ANALYZE) DELETE FROM t",
+    "EXPLAIN (FORMAT json, ANALYZE) DELETE FROM t",
+    "EXPLAIN (ANALYZE false) DELETE FROM t",  # DuckDB still runs the DELETE
+    "EXPLAIN ANALYZE INSERT INTO t VALUES (9, 'n')",
+    "EXPLAIN ANALYZE UPDATE t SET b = 'q'",
+    "EXPLAIN ANALYZE MERGE INTO t USING (SELECT 1 AS a) s ON t.a = s.a WHEN MATCHED THEN DELETE",
+    "EXPLAIN ANALYZE WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+    "EXPLAIN ANALYZE CREATE TABLE t3 AS WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+    "EXPLAIN ANALYZE ALTER TABLE t RENAME TO t2",
+    "EXPLAIN ANALYZE DROP TABLE t",
+])
+def test_explain_analyze_of_a_write_to_a_replicated_table_is_refused(site: crr.Site, sql: str) -> None:
+    """EXPLAIN ANALYZE executes its statement: it is as read-only as that statement."""
+    assert_refused(site, sql)
+
+
+def test_explain_analyze_with_parameters_is_refused(site: crr.Site) -> None:
+    """The guard holds when the statement takes parameters."""
+    assert_refused(site, "EXPLAIN ANALYZE DELETE FROM t WHERE a = ?", [2])
+
+
+def test_explain_analyze_copy_from_a_file_into_a_replicated_table_is_refused(site: crr.Site, csv_file: str) -> None:
+    """EXPLAIN ANALYZE COPY t FROM a file would load rows into t."""
+    assert_refused(site, f"EXPLAIN ANALYZE COPY t FROM '{csv_file}'")
+
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN ANALYZE UPDATE v SET b = 'q'",
+    "EXPLAIN ANALYZE DELETE FROM v",
+    "EXPLAIN ANALYZE INSERT INTO v VALUES (7, 'q')",
+])
+def test_explain_analyze_of_a_write_to_a_view_is_refused(site: crr.Site, sql: str) -> None:
+    """A materialized view changes only by maintenance; EXPLAIN ANALYZE must not write it."""
+    assert_refused(site, sql)
+
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN ANALYZE DELETE FROM _crr.cl",
+    "EXPLAIN ANALYZE UPDATE _crr.cl SET cl = cl + 1",
+    "EXPLAIN ANALYZE DELETE FROM _crr.\"t$t\"",
+    "WITH d AS (DELETE FROM _crr.cl RETURNING *) SELECT count(*) FROM d",
+    "WITH d AS (UPDATE _crr.cl SET cl = cl + 1 RETURNING *) SELECT count(*) FROM d",
+])
+def test_writes_to_crr_internal_tables_are_refused(site: crr.Site, sql: str) -> None:
+    """crr's internal schema is as closed as its relations."""
+    assert_refused(site, sql)
+
+
+# --- bypasses: data-modifying CTEs -------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+    "WITH d AS (DELETE FROM t RETURNING *) SELECT 1",  # an unused CTE still runs
+    "WITH d AS MATERIALIZED (DELETE FROM t WHERE a = 3 RETURNING a) SELECT a FROM d",
+    "WITH d AS (UPDATE t SET b = 'q' RETURNING *) SELECT * FROM d",
+    "WITH d AS (INSERT INTO t VALUES (8, 'w') RETURNING *) SELECT * FROM d",
+    "WITH d AS (DELETE FROM v RETURNING *) SELECT * FROM d",
+    "WITH d AS (DELETE FROM t RETURNING *) INSERT INTO plain SELECT * FROM d",
+    "WITH d AS (DELETE FROM t RETURNING a) DELETE FROM plain WHERE a IN (SELECT a FROM d)",
+])
+def test_data_modifying_cte_is_refused(site: crr.Site, sql: str) -> None:
+    """A SELECT (or a write to a plain table) whose CTE writes a crr relation is not a read."""
+    assert_refused(site, sql)
+
+
+# --- bypasses: SQL text run by a table function, and PREPARE -----------------------------------------
+
+SERIALIZED_DELETE = "json_serialize_sql('WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d')"
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT * FROM json_execute_serialized_sql({SERIALIZED_DELETE})",
+    f"INSERT INTO plain SELECT * FROM json_execute_serialized_sql({SERIALIZED_DELETE})",
+    f"CALL json_execute_serialized_sql({SERIALIZED_DELETE})",
+    "SELECT * FROM query('SELECT * FROM json_execute' || '_serialized_sql(' || "
+    "'json_serialize_sql(''WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d'')' || ')')",
+])
+def test_table_functions_that_run_sql_text_crr_cannot_check_are_refused(site: crr.Site, sql: str) -> None:
+    """json_execute_serialized_sql runs a serialized statement, data-modifying CTEs included."""
+    assert_refused(site, sql)
+
+
+def test_prepare_of_a_write_is_refused_so_execute_cannot_run_it(site: crr.Site) -> None:
+    """What EXECUTE runs is not visible to crr: PREPARE takes only read-only statements."""
+    assert_refused(site, "PREPARE p AS DELETE FROM t")
+    assert_refused(site, "PREPARE p (INT) AS UPDATE t SET b = 'q' WHERE a = $1")
+    assert_refused(site, "EXPLAIN ANALYZE PREPARE p AS DELETE FROM t")
+    with pytest.raises(crr.CrrError):  # nothing named p was prepared
+        site.execute("EXECUTE p")
+    assert site.execute("SELECT count(*) FROM t") == [(3,)]
+
+
+def test_prepare_of_a_write_to_a_plain_table_is_refused_too(site: crr.Site) -> None:
+    """A prepared write could run later against a crr relation of the same name (DuckDB rebinds)."""
+    with pytest.raises(UnsupportedSqlError):
+        site.execute("PREPARE p AS DELETE FROM plain")
+    assert site.execute("SELECT * FROM plain") == [(10, "p")]
+
+
+# --- USE and the current schema (crr's own statements are unqualified) -------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "USE other",
+    "USE memory.other",
+    "USE memory",
+    "SET schema = 'other'",
+    "SET schema TO other",
+    "SET SESSION schema = 'other'",
+    "SET search_path = 'other'",
+    "SET search_path = 'other,main'",
+    "SET GLOBAL search_path = 'other'",
+    "PRAGMA search_path = 'other'",
+    "EXPLAIN ANALYZE SET schema = 'other'",
+])
+def test_switching_the_current_schema_is_refused(site: crr.Site, sql: str) -> None:
+    """After USE other_db crr's own statements fail or go elsewhere: refuse it and say to qualify names."""
+    before = state(site)
+    with pytest.raises(UnsupportedSqlError, match="main"):
+        site.execute(sql)
+    assert state(site) == before
+    assert site.execute("SELECT current_schema()") == [("main",)]
+    assert_crr_still_works(site)
+
+
+@pytest.mark.parametrize("sql", ["ATTACH ':memory:' AS _crr", "ATTACH ':memory:' AS _CRR"])
+def test_attaching_a_database_named_like_crrs_schema_is_refused(site: crr.Site, sql: str) -> None:
+    """A catalog named _crr makes every reference to crr's internal schema ambiguous."""
+    assert_refused(site, sql)
+    assert_crr_still_works(site)
+
+
+def test_import_database_is_refused(site: crr.Site, tmp_path: Path) -> None:
+    """IMPORT DATABASE runs statements crr cannot check; an export holding a table t would load into t."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (a INT, b TEXT); INSERT INTO t VALUES (7, 'i')")
+    con.execute(f"EXPORT DATABASE '{tmp_path / 'dump'}'")
+    con.close()
+    assert_refused(site, f"IMPORT DATABASE '{tmp_path / 'dump'}'")
+
+
+# --- what still works: reads -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql,expected", [
+    ("SELECT * FROM t ORDER BY a", [(1, "x"), (2, "y"), (3, "z")]),
+    ("WITH x AS (SELECT a FROM t WHERE a < 3) SELECT count(*) FROM x", [(2,)]),
+    ("WITH RECURSIVE r(n) AS (SELECT 1 UNION SELECT n + 1 FROM r WHERE n < 3) SELECT max(n) FROM r", [(3,)]),
+    ("SELECT * FROM v ORDER BY a", [(2, "y"), (3, "z")]),
+    ("SELECT t.a FROM t JOIN v ON t.a = v.a WHERE t.a IN (SELECT a FROM v) ORDER BY 1", [(2,), (3,)]),
+    ("FROM v SELECT a ORDER BY a", [(2,), (3,)]),
+    ("TABLE v ORDER BY a", [(2, "y"), (3, "z")]),
+    ("SELECT count(*) FROM _crr.cl", [(3,)]),
+    ("SELECT * FROM query('SELECT count(*) FROM t')", [(3,)]),
+    ("SELECT count(*) FROM query_table('v')", [(2,)]),
+    ("SELECT column_name FROM (DESCRIBE t) ORDER BY 1", [("a",), ("b",)]),
+    ("SELECT name FROM pragma_table_info('v') ORDER BY 1", [("a",), ("b",)]),
+    ("SELECT * FROM plain", [(10, "p")]),
+])
+def test_reads_pass_and_return_rows(site: crr.Site, sql: str, expected: list) -> None:
+    """Real reads run as before and change nothing."""
+    before = state(site)
+    assert site.execute(sql) == expected
+    assert state(site) == before
+
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN SELECT * FROM t",
+    "EXPLAIN ANALYZE SELECT * FROM v",
+    "EXPLAIN (FORMAT json) SELECT * FROM t",
+    "EXPLAIN DELETE FROM t",  # only the plan: nothing runs
+    "EXPLAIN UPDATE v SET b = 'q'",
+    "EXPLAIN WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d",
+    "DESCRIBE t",
+    "DESCRIBE SELECT * FROM v",
+    "SHOW TABLES",
+    "SHOW t",
+    "SUMMARIZE t",
+    "SUMMARIZE SELECT * FROM v",
+    "PRAGMA table_info('t')",
+    "CALL pragma_table_info('v')",
+    "PIVOT t ON b USING max(a)",
+    "UNPIVOT t ON b INTO NAME k VALUE val",
+    "VALUES (1), (2)",
+    "ANALYZE t",
+    "CHECKPOINT",
+    "SET schema = 'main'",
+    "SET search_path = 'main'",
+    "RESET search_path",
+    "SET VARIABLE top = (SELECT max(a) FROM t)",
+])
+def test_read_only_statements_pass(site: crr.Site, sql: str) -> None:
+    """EXPLAIN (without ANALYZE) of anything, DESCRIBE, SHOW, SUMMARIZE, PRAGMA... run and change nothing."""
+    before = state(site)
+    rows = site.execute(sql)
+    assert isinstance(rows, list)
+    assert state(site) == before
+
+
+def test_explain_returns_a_plan(site: crr.Site) -> None:
+    """EXPLAIN and EXPLAIN ANALYZE of a read give DuckDB's plan."""
+    plan = site.execute("EXPLAIN SELECT * FROM t WHERE a > 1")
+    analyzed = site.execute("EXPLAIN ANALYZE SELECT * FROM v")
+    assert plan[0][0] == "physical_plan" and "SCAN" in plan[0][1].upper()
+    assert analyzed[0][0] == "analyzed_plan"
+
+
+def test_prepared_reads_and_copy_to_a_file_pass(site: crr.Site, tmp_path: Path) -> None:
+    """PREPARE of a read and EXECUTE of it; COPY of a relation or a query to a file."""
+    before = state(site)
+    site.execute("PREPARE q AS SELECT b FROM t WHERE a = $1")
+    assert site.execute("EXECUTE q(2)") == [("y",)]
+    assert site.execute(f"COPY t TO '{tmp_path / 't.csv'}'") == [(3,)]
+    assert site.execute(f"COPY (SELECT * FROM v) TO '{tmp_path / 'v.csv'}'") == [(2,)]
+    assert (tmp_path / "t.csv").read_text().count("\n") == 4  # header and 3 rows
+    assert state(site) == before
+
+
+# --- what still works: writes to the user's own plain DuckDB tables ---------------------------------
+
+@pytest.mark.parametrize("sql,rows", [
+    ("INSERT INTO plain VALUES (11, 'q')", [(10, "p"), (11, "q")]),
+    ("INSERT INTO plain SELECT * FROM t WHERE a = 1", [(1, "x"), (10, "p")]),
+    ("INSERT INTO plain SELECT * FROM query('SELECT a, b FROM v WHERE a = 3')", [(3, "z"), (10, "p")]),
+    ("UPDATE plain SET b = 'r'", [(10, "r")]),
+    ("DELETE FROM plain", []),
+    ("TRUNCATE plain", []),
+    ("WITH d AS (DELETE FROM plain RETURNING *) SELECT * FROM d", []),
+    ("WITH d AS (UPDATE plain SET b = 'r' RETURNING *) SELECT * FROM d", [(10, "r")]),
+    ("EXPLAIN ANALYZE DELETE FROM plain", []),
+    ("EXPLAIN ANALYZE INSERT INTO plain VALUES (12, 's')", [(10, "p"), (12, "s")]),
+    ("MERGE INTO plain USING (SELECT 10 AS a) s ON plain.a = s.a WHEN MATCHED THEN DELETE", []),
+])
+def test_writes_to_plain_tables_still_work(site: crr.Site, sql: str, rows: list) -> None:
+    """The guard refuses writes to crr relations only; the user's own tables take any write."""
+    before = state(site)
+    site.execute(sql)
+    assert site.execute("SELECT * FROM plain ORDER BY a") == rows
+    assert state(site) == before
+
+
+def test_plain_ddl_and_copy_from_a_file_still_work(site: crr.Site, csv_file: str) -> None:
+    """Plain tables can be created, loaded, altered and dropped."""
+    before = state(site)
+    site.execute("CREATE TABLE other.p2 AS SELECT * FROM plain")
+    site.execute(f"COPY plain FROM '{csv_file}'")
+    site.execute("ALTER TABLE plain ADD COLUMN c INT")
+    assert site.execute("SELECT * FROM plain ORDER BY a") == [(9, "n", None), (10, "p", None)]
+    assert site.execute("SELECT * FROM other.p2") == [(10, "p")]
+    site.execute("DROP TABLE other.p2")
+    site.execute("ATTACH ':memory:' AS scratch")
+    site.execute("CREATE TABLE scratch.s AS SELECT 1 AS one")
+    assert site.execute("SELECT * FROM scratch.s") == [(1,)]
+    assert state(site) == before
+
+
+# --- the contract site.py relies on ------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql,read_only,tables", [
+    ("SELECT * FROM t", True, {"t"}),
+    ("SELECT * FROM _crr.cl", True, {"cl", "_crr."}),
+    ("EXPLAIN DELETE FROM t", True, {"t"}),
+    ("EXPLAIN ANALYZE DELETE FROM t", False, {"t"}),
+    ("EXPLAIN ANALYZE SELECT * FROM t", True, {"t"}),
+    ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", False, {"t"}),
+    ("EXPLAIN ANALYZE UPDATE _crr.cl SET cl = 0", False, {"cl", "_crr."}),
+    ("COPY t TO 'x.csv'", True, {"t"}),
+    ("COPY t FROM 'x.csv'", False, {"t"}),
+    ("SUMMARIZE t", True, {"t"}),
+])
+def test_classify_reports_what_duckdb_will_do(sql: str, read_only: bool, tables: set[str]) -> None:
+    """``Other.read_only`` is True only if DuckDB will change no table; ``tables`` holds every table named."""
+    stmt = classify(sql)
+    assert isinstance(stmt, Other)
+    assert stmt.read_only is read_only
+    assert tables <= stmt.tables
+
+
+def test_classify_refuses_several_statements() -> None:
+    """One statement at a time, also when sqlglot cannot parse it."""
+    with pytest.raises(crr.CrrError, match="one SQL statement"):
+        classify("SUMMARIZE t; DELETE FROM t")
