@@ -270,6 +270,10 @@ def _tokens(sql: str) -> list[_Tok] | None:
         raw = duckdb.tokenize(sql)
     except Exception:  # noqa: BLE001 - any failure means: cannot see through it
         return None
+    # DuckDB reports byte offsets into the UTF-8 text; map them to character offsets
+    encoded = sql.encode()
+    chars = {b: len(encoded[:b].decode(errors="ignore")) for b, _ in raw} if len(encoded) != len(sql) else None
+    raw = [(chars[b] if chars else b, kind) for b, kind in raw]
     toks = []
     for i, (start, kind) in enumerate(raw):
         end = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
