@@ -305,6 +305,8 @@ class SyncService:
         self.failures: dict[tuple[str, str], Failure] = {}  # (peer, relation) -> failing merge
         self._log = RateLimitedLog(log, log_burst, log_interval)
         self._handshakes = 0
+        # the site is used by the loop and, for control queries, by a worker thread: one at a time
+        self._site_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -362,7 +364,8 @@ class SyncService:
             raise CrrError("the sync service is not running; call start() first")
 
         async def run():
-            return fn(*args)
+            async with self._site_lock:
+                return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
@@ -547,7 +550,9 @@ class SyncService:
         log.info("connected to %s (%s, key %s)", link.peer, link.address, crypto.fingerprint(link.key))
         puller = self._spawn(self._pull_loop(link))
         try:
-            await link.send(self._serves_message())
+            async with self._site_lock:
+                serves = self._serves_message()
+            await link.send(serves)
             while True:
                 message, size = await link.recv(self.max_frame, self.memory_wait)
                 kept = False
@@ -585,10 +590,12 @@ class SyncService:
             link.wanted.set()
         elif t == "pull":
             rel, since, rid = m["relation"], m["since"], m["rid"]
-            if self.site.relations().get(rel, "source") == "source":
+            async with self._site_lock:
+                served = self.site.relations().get(rel, "source") != "source"
+                data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
+            if not served:
                 await link.send({"t": "error", "rid": rid, "message": f"this site does not serve {rel!r}"})
                 return False
-            data = self.site.changes(since=since, relations=[rel]).to_bytes()
             await link.send({"t": "changes", "rid": rid, "data": data})
         elif t in ("changes", "error") and m.get("rid") in link.pending:
             fut = link.pending.pop(m["rid"])
@@ -645,17 +652,21 @@ class SyncService:
 
     async def _pull(self, link: Link) -> None:
         changed = False
-        for name in self._wanted_relations(link):
+        async with self._site_lock:
+            wanted = self._wanted_relations(link)
+        for name in wanted:
             failure = self.failures.get((link.peer, name))
             if failure is not None and time.monotonic() < failure.next_try:
                 continue  # backing off; the other relations go on
-            since = self.site.peer_cursor(link.peer, name)
+            async with self._site_lock:
+                since = self.site.peer_cursor(link.peer, name)
             reply, size = await self._request(link, {"t": "pull", "relation": name, "since": since})
             try:
                 if reply["t"] == "error":
                     self._failed(link.peer, name, f"the peer would not serve it: {reply['message'][:300]}")
                     continue
-                changed = self._merge_from(link.peer, name, reply["data"]) or changed
+                async with self._site_lock:
+                    changed = self._merge_from(link.peer, name, reply["data"]) or changed
             finally:
                 link.release(size)
         if changed:
@@ -761,14 +772,24 @@ class SyncService:
             writer.close()
 
     async def _control(self, link: Link, m: dict) -> None:
-        """Answer one control request; a query's rows go out in frames of CONTROL_CHUNK rows, packed and
-        sealed on a worker thread, so the loop keeps syncing while a large result is sent."""
+        """Answer one control request.
+
+        A statement runs on a worker thread (holding the site, so merges wait for it, but the loop keeps
+        serving connections), and its rows go out in frames of CONTROL_CHUNK rows, packed and sealed on a
+        worker thread too, while merges go on.
+        """
         try:
             if m["t"] == "status":
-                body = encode({"t": "status", "status": self._status_here()}, _plain)
-                await link.send_sealed(link.channel.seal(body))
+                async with self._site_lock:
+                    status = self._status_here()
+                await link.send_sealed(link.channel.seal(encode({"t": "status", "status": status}, _plain)))
                 return
-            rows = self._execute_here(m["sql"], m.get("params"))
+            async with self._site_lock:
+                before = self.site.cursor
+                rows = await asyncio.to_thread(self.site.execute, m["sql"], m.get("params"))
+                wrote = self.site.cursor != before
+            if wrote:
+                self._spawn(self._notify())
         except CrrError as e:
             await link.send({"t": "error", "message": str(e), "kind": type(e).__name__})
             return
