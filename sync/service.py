@@ -72,6 +72,7 @@ class Link:
     bytes_in: int = 0
     bytes_out: int = 0
     held: int = 0  # bytes of the memory budget this connection holds
+    warned: set = field(default_factory=set)  # (relation, fingerprint) schema differences already logged
     closed: bool = False
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -418,11 +419,21 @@ class SyncService:
             server.close()
         for link in list(self.links.values()):
             link.close()
-        for task in list(self._tasks):
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
             task.cancel()
+        if tasks:  # let them finish their cleanup while the loop still runs
+            await asyncio.wait(tasks, timeout=5)
         self._log.flush_all()
         if self.control_path and os.path.exists(self.control_path):
             os.unlink(self.control_path)
+
+    def _track(self) -> None:
+        """Count the running task (a connection handler started by asyncio) among those stop() ends."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -459,6 +470,7 @@ class SyncService:
             delay = min(delay * 2, 5.0)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track()
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
         if self._handshakes >= self.max_handshakes:
@@ -627,8 +639,10 @@ class SyncService:
             if kind == "replicated" and peer_kind != "replicated":
                 continue  # a replica merges only other replicas of the table
             if fingerprint != self.site.relation(name).fingerprint:
-                self._refuse(f"{link.peer} serves {name} with another schema (fingerprint {fingerprint}); not pulling it",
-                             kind=f"schema {link.peer} {name}")
+                if (name, fingerprint) not in link.warned:  # once per connection, not at every pull
+                    link.warned.add((name, fingerprint))
+                    self._refuse(f"{link.peer} serves {name} with another schema (fingerprint {fingerprint}); "
+                                 "not pulling it", kind=f"schema {link.peer}")
                 continue
             if self.allow is not None and name not in self.allow.get(link.peer, set()):
                 continue  # this peer may not write that relation here
@@ -751,6 +765,7 @@ class SyncService:
 
     # -- local control channel (crr sql / crr status while serving) ---------------------------------
     async def _accept_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track()
         try:
             done = await asyncio.wait_for(handshake.server_handshake(reader, writer, self.secret, self.site.site_id,
                                                                      self.identity), 10)
