@@ -2,7 +2,8 @@
 
 DuckDB lets one process open a file for writing, so while ``crr serve`` holds a site, ``crr sql`` and
 ``crr status`` send their requests to it through ``<db>.sock``; the socket is private to its owner
-(mode 0600) and the client must also prove it knows the deployment secret.
+(mode 0600) and the client must also prove it knows the deployment secret. The client uses a
+throw-away key pair: the control channel is local and its peers are never pinned.
 """
 
 from __future__ import annotations
@@ -39,15 +40,23 @@ def server_running(db: str) -> bool:
 
 
 async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
+    """Send one request; a query's answer may come in several ``rows`` frames (``more`` until the last)."""
     reader, writer = await asyncio.open_unix_connection(path)
     try:
-        channel, _ = await handshake.client_handshake(reader, writer, secret, "control")
-        writer.write(frame(channel.seal(encode(message))))
+        done = await handshake.client_handshake(reader, writer, secret, "control")
+        writer.write(frame(done.channel.seal(encode(message))))
         await writer.drain()
-        body = await read_frame(reader)
-        if not body:
-            raise ProtocolError("the server closed the control connection")
-        return decode(channel.open(body))
+        rows: list = []
+        while True:
+            answer = decode(done.channel.open(await read_frame(reader)))
+            if answer.get("t") != "rows":
+                return answer
+            part = answer.get("rows")
+            if not isinstance(part, list):
+                raise ProtocolError("the server sent a malformed rows answer")
+            rows.extend(part)
+            if not answer.get("more"):
+                return {"t": "rows", "rows": rows}
     except EOFError:
         raise crypto.AuthError("the server closed the control connection (wrong secret?)") from None
     finally:

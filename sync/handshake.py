@@ -1,13 +1,37 @@
-"""The connection handshake (see ``sync/PROTOCOL.md``): one implementation for peers and local control."""
+"""The connection handshake (see ``sync/PROTOCOL.md``): one implementation for peers and local control.
+
+Four plaintext messages: client ``hello``, server ``hello`` (with its secret proof and key signature),
+client ``auth`` (the same from the client), server ``ok``. Both proofs and both signatures cover a hash
+of everything both hellos said (site ids, nonces, identity keys, key-exchange values), so nothing can
+be swapped in transit, and the session keys come from the secret plus an ephemeral X25519 exchange.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+import msgpack
 
 from sync import crypto
 from sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
 
 HANDSHAKE_FRAME = 64 * 1024  # handshake frames are tiny; refuse anything larger
+MAX_SITE_ID = 200  # characters
+
+# Called with (site id, public key) once a peer has proved both; raises crypto.IdentityError to refuse.
+TrustCheck = Callable[[str, bytes], None]
+
+
+@dataclass
+class Handshake:
+    """The outcome of a successful handshake."""
+
+    channel: crypto.Channel
+    site: str  # the peer's site id, proved by its key (and pinned, where a trust check was given)
+    key: bytes  # the peer's Ed25519 public key
 
 
 async def send_plain(writer: asyncio.StreamWriter, message: dict) -> None:
@@ -21,55 +45,96 @@ async def recv_plain(reader: asyncio.StreamReader) -> dict:
     return decode(await read_frame(reader, HANDSHAKE_FRAME))
 
 
-def check_hello(hello: dict) -> tuple[bytes, str]:
-    """Validate a hello; return the peer's nonce and site id."""
+def check_hello(hello: dict) -> tuple[bytes, str, bytes, bytes]:
+    """Validate a hello; return the peer's nonce, site id, identity key and key-exchange value."""
     if hello.get("t") != "hello":
-        raise ProtocolError(f"expected a hello, got {hello.get('t')!r}")
+        raise ProtocolError(f"expected a hello, got {str(hello.get('t'))[:40]!r}")
     if hello.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {hello.get('v')!r} is not supported (this site speaks "
-                            f"{PROTOCOL_VERSION})")
-    nonce, site = hello.get("nonce"), hello.get("site")
-    if not isinstance(nonce, bytes) or len(nonce) != 16 or not isinstance(site, str) or not site:
-        raise ProtocolError("malformed hello")
-    return nonce, site
+        raise ProtocolError(f"protocol version {str(hello.get('v'))[:20]!r} is not supported (this site speaks "
+                            f"{PROTOCOL_VERSION}); run the same crr version on every site")
+    nonce, site, key, dh = hello.get("nonce"), hello.get("site"), hello.get("key"), hello.get("dh")
+    if not isinstance(nonce, bytes) or len(nonce) != 16:
+        raise ProtocolError("malformed hello: the nonce must be 16 bytes")
+    if not isinstance(site, str) or not site or len(site) > MAX_SITE_ID or not site.isprintable():
+        raise ProtocolError(f"malformed hello: the site id must be 1-{MAX_SITE_ID} printable characters")
+    for name, value in (("key", key), ("dh", dh)):
+        if not isinstance(value, bytes) or len(value) != crypto.KEY_BYTES:
+            raise ProtocolError(f"malformed hello: {name!r} must be {crypto.KEY_BYTES} bytes")
+    return nonce, site, key, dh
 
 
-async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes,
-                           me: str) -> tuple[crypto.Channel, str]:
-    """Run the client side: prove the secret, check the server's proof; return the channel and server site id."""
-    mine = crypto.nonce()
-    await send_plain(writer, {"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine})
+def transcript_hash(client: tuple[str, bytes, bytes, bytes], server: tuple[str, bytes, bytes, bytes]) -> bytes:
+    """SHA-256 of both hellos' (site id, nonce, identity key, key-exchange value), unambiguously encoded."""
+    return hashlib.sha256(msgpack.packb(["crr handshake", PROTOCOL_VERSION, *client, *server],
+                                        use_bin_type=True)).digest()
+
+
+def _told(e: crypto.AuthError) -> str:
+    """What the peer is told when we refuse it."""
+    return e.remote if isinstance(e, crypto.IdentityError) else "authentication failed"
+
+
+def _signed(role: str, h: bytes) -> bytes:
+    return b"crr handshake signature|" + role.encode() + b"|" + h
+
+
+async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes, me: str,
+                           identity: crypto.Identity | None = None, trust: TrustCheck | None = None) -> Handshake:
+    """Run the client side: prove the secret and our key, check the server's; return the session."""
+    identity = identity or crypto.Identity.ephemeral()
+    mine, dh = crypto.nonce(), crypto.KeyExchange()
+    await send_plain(writer, {"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine,
+                              "key": identity.public, "dh": dh.public})
     hello = await recv_plain(reader)
     if hello.get("t") == "error":
-        raise ProtocolError(f"peer refused the connection: {hello.get('message')}")
-    theirs, peer = check_hello(hello)
+        raise ProtocolError(f"peer refused the connection: {str(hello.get('message'))[:300]}")
+    theirs, peer, peer_key, peer_dh = check_hello(hello)
+    h = transcript_hash((me, mine, identity.public, dh.public), (peer, theirs, peer_key, peer_dh))
     try:
-        crypto.check_proof(crypto.proof(secret, "server", theirs, mine, peer), hello.get("proof"))
-    except crypto.AuthError:
-        await send_plain(writer, {"t": "error", "message": "authentication failed"})
+        crypto.check_proof(crypto.proof(secret, "server", h), hello.get("proof"))
+        crypto.verify_signature(peer_key, hello.get("sig"), _signed("server", h), peer)
+        if trust is not None:
+            trust(peer, peer_key)
+        shared = dh.shared(peer_dh)
+    except crypto.AuthError as e:
+        await send_plain(writer, {"t": "error", "message": _told(e)})
         raise
-    await send_plain(writer, {"t": "auth", "proof": crypto.proof(secret, "client", mine, theirs, me)})
-    return crypto.Channel(secret, mine, theirs, is_client=True), peer
+    await send_plain(writer, {"t": "auth", "proof": crypto.proof(secret, "client", h),
+                              "sig": identity.sign(_signed("client", h))})
+    answer = await recv_plain(reader)
+    if answer.get("t") == "error":
+        raise crypto.AuthError(f"{peer} refused us: {str(answer.get('message'))[:300]}")
+    if answer.get("t") != "ok":
+        raise ProtocolError(f"expected the handshake's ok, got {str(answer.get('t'))[:40]!r}")
+    return Handshake(crypto.Channel(secret + shared, mine, theirs, h, is_client=True), peer, peer_key)
 
 
-async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes,
-                           me: str) -> tuple[crypto.Channel, str]:
-    """Run the server side: check the client's hello and proof; return the channel and client site id."""
-    mine = crypto.nonce()
+async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes, me: str,
+                           identity: crypto.Identity | None = None, trust: TrustCheck | None = None) -> Handshake:
+    """Run the server side: check the client's hello, proof and key; return the session."""
+    identity = identity or crypto.Identity.ephemeral()
+    mine, dh = crypto.nonce(), crypto.KeyExchange()
     hello = await recv_plain(reader)
     try:
-        theirs, peer = check_hello(hello)
+        theirs, peer, peer_key, peer_dh = check_hello(hello)
     except ProtocolError as e:
         await send_plain(writer, {"t": "error", "message": str(e)})
         raise
-    await send_plain(writer, {"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine,
-                              "proof": crypto.proof(secret, "server", mine, theirs, me)})
+    h = transcript_hash((peer, theirs, peer_key, peer_dh), (me, mine, identity.public, dh.public))
+    await send_plain(writer, {"t": "hello", "v": PROTOCOL_VERSION, "site": me, "nonce": mine, "key": identity.public,
+                              "dh": dh.public, "proof": crypto.proof(secret, "server", h),
+                              "sig": identity.sign(_signed("server", h))})
     auth = await recv_plain(reader)
     if auth.get("t") == "error":
-        raise crypto.AuthError(f"the peer refused us: {auth.get('message')}")
+        raise crypto.AuthError(f"the peer refused us: {str(auth.get('message'))[:300]}")
     try:
-        crypto.check_proof(crypto.proof(secret, "client", theirs, mine, peer), auth.get("proof"))
-    except crypto.AuthError:
-        await send_plain(writer, {"t": "error", "message": "authentication failed"})
+        crypto.check_proof(crypto.proof(secret, "client", h), auth.get("proof"))
+        crypto.verify_signature(peer_key, auth.get("sig"), _signed("client", h), peer)
+        if trust is not None:
+            trust(peer, peer_key)
+        shared = dh.shared(peer_dh)
+    except crypto.AuthError as e:
+        await send_plain(writer, {"t": "error", "message": _told(e)})
         raise
-    return crypto.Channel(secret, theirs, mine, is_client=False), peer
+    await send_plain(writer, {"t": "ok"})
+    return Handshake(crypto.Channel(secret + shared, theirs, mine, h, is_client=False), peer, peer_key)

@@ -2,14 +2,21 @@
 
 It runs an asyncio event loop in a background thread that owns the :class:`crr.Site` (DuckDB
 connections are not for concurrent use, so every site call happens on that thread). It listens for
-peers, dials static peers (reconnecting with backoff), authenticates every connection, and pulls:
+peers, dials static peers (reconnecting with backoff), authenticates every connection (the
+deployment secret proves membership, the site's key pair proves which site is talking; see
+:mod:`sync.crypto`), and pulls:
 
 * for every relation the local site holds as a replicated or remote table that a connected peer
   serves with the same schema fingerprint and may write here, it asks for the changes after the
-  cursor stored for (peer, relation) and merges them with ``Site.merge(..., track=True)``, which
-  advances that cursor in the merge's own transaction;
+  cursor stored for (peer, relation), checks them against the sender's write rules
+  (:func:`check_write_rules`) and merges them with ``Site.merge(..., track=True)``, which advances
+  that cursor in the merge's own transaction; a relation whose merge fails is retried with backoff
+  and shown by :meth:`SyncService.status`, without holding up the others;
 * a peer that has new changes (a local write, or a merge that changed something) sends a short
   ``notice`` to all connected peers, which then pull; a slow periodic pull covers lost notices.
+
+Every received message is validated field by field (:func:`sync.protocol.check_message`), and the
+bytes of frames being received count against one memory budget shared by all connections.
 
 Only the public crr API is used: ``Site.changes``, ``Site.merge``, ``Site.peer_cursor``, ``Changeset``.
 """
@@ -22,17 +29,26 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-import msgpack
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from crr.changeset import Changeset
 from crr.errors import ChangesetError, CrrError
 from crr.site import Site
 from sync import crypto, handshake
-from sync.protocol import ProtocolError, decode, encode, frame, read_frame
+from sync.protocol import (CONTROL_MESSAGES, PEER_MESSAGES, MemoryBudget, MemoryLimitError, ProtocolError,
+                           body_timeout, check_message, decode, encode, frame, read_body, read_header)
 
 log = logging.getLogger("crr.sync")
+
+MiB = 1024 * 1024
+CONTROL_CHUNK = 20_000  # rows per answer frame of a control query
+
+
+class WriteRuleError(ChangesetError):
+    """A changeset carries something its sender may not write here (see ``sync/PROTOCOL.md``)."""
 
 
 @dataclass
@@ -45,6 +61,8 @@ class Link:
     peer: str
     address: str
     outgoing: bool
+    budget: MemoryBudget
+    key: bytes = b""
     since: float = field(default_factory=time.time)
     serves: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (fingerprint, kind)
     peer_cursor: int = 0  # the peer's own sequence number, as last announced
@@ -53,26 +71,108 @@ class Link:
     next_rid: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    held: int = 0  # bytes of the memory budget this connection holds
+    warned: set = field(default_factory=set)  # (relation, fingerprint) schema differences already logged
+    closed: bool = False
 
     async def send(self, message: dict[str, Any]) -> None:
         """Seal and send one message."""
-        body = self.channel.seal(encode(message))
+        await self.send_sealed(self.channel.seal(encode(message)))
+
+    async def send_sealed(self, body: bytes) -> None:
+        """Send one already sealed frame body."""
         self.bytes_out += len(body) + 4
         self.writer.write(frame(body))
         await self.writer.drain()
 
-    async def recv(self, max_frame: int) -> dict[str, Any]:
-        """Receive and open one message."""
-        body = await read_frame(self.reader, max_frame)
-        self.bytes_in += len(body) + 4
-        return decode(self.channel.open(body))
+    async def recv(self, max_frame: int, memory_wait: float) -> tuple[dict[str, Any], int]:
+        """Receive and open one message; returns it with the budget it holds (give it back with release)."""
+        size = await read_header(self.reader, max_frame)
+        await self.budget.acquire(size, memory_wait)
+        self.held += size
+        try:
+            body = await read_body(self.reader, size, body_timeout(size))
+            self.bytes_in += size + 4
+            return decode(self.channel.open(body)), size
+        except BaseException:
+            self.release(size)
+            raise
+
+    def release(self, n: int) -> None:
+        """Give back ``n`` bytes of budget held by this connection (no-op once the connection closed)."""
+        n = min(n, self.held)
+        self.held -= n
+        self.budget.release(n)
 
     def close(self) -> None:
-        """Close the connection and fail its pending requests."""
+        """Close the connection, fail its pending requests and give back its memory."""
+        self.closed = True
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError("connection closed"))
+        self.pending.clear()
+        self.release(self.held)
         self.writer.close()
+
+
+@dataclass
+class Failure:
+    """A relation whose changes from a peer could not be merged; retried with backoff."""
+
+    peer: str
+    relation: str
+    error: str
+    attempts: int
+    first: float
+    next_try: float  # time.monotonic() of the next attempt
+
+    def describe(self) -> dict[str, Any]:
+        """The status entry."""
+        return {"peer": self.peer, "relation": self.relation, "error": self.error, "attempts": self.attempts,
+                "failing_since": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.first)),
+                "retry_in_seconds": round(max(0.0, self.next_try - time.monotonic()), 1)}
+
+
+class RateLimitedLog:
+    """Warnings of one kind: the first ``burst`` per ``interval`` seconds, then one summary line."""
+
+    def __init__(self, logger: logging.Logger, burst: int = 5, interval: float = 10.0) -> None:
+        self.logger, self.burst, self.interval = logger, burst, interval
+        self._windows: dict[str, list] = {}  # kind -> [window start, logged, suppressed, latest, flush handle]
+
+    def warn(self, kind: str, message: str, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Log ``message`` unless ``kind`` already logged ``burst`` lines in this interval (then count it)."""
+        now = time.monotonic()
+        w = self._windows.get(kind)
+        if w is not None and now - w[0] >= self.interval:
+            self.flush(kind)
+            w = None
+        if w is None:
+            w = self._windows[kind] = [now, 0, 0, "", None]
+        if w[1] < self.burst:
+            w[1] += 1
+            self.logger.warning("refused: %s", message)
+            return
+        w[2] += 1
+        w[3] = message
+        if w[4] is None and loop is not None:
+            w[4] = loop.call_later(max(0.0, w[0] + self.interval - now), self.flush, kind)
+
+    def flush(self, kind: str) -> None:
+        """End ``kind``'s interval: log how many lines it suppressed, if any."""
+        w = self._windows.pop(kind, None)
+        if w is None:
+            return
+        if w[4] is not None:
+            w[4].cancel()
+        if w[2]:
+            self.logger.warning("refused %d more (%s) in the last %.0f s without logging each; latest: %s",
+                                w[2], kind, time.monotonic() - w[0], w[3])
+
+    def flush_all(self) -> None:
+        """Log every pending summary."""
+        for kind in list(self._windows):
+            self.flush(kind)
 
 
 def _plain(value: Any) -> Any:
@@ -80,13 +180,106 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _is_memory(path: str) -> bool:
+    return path == "" or path.startswith(":memory:")
+
+
+def _storage(column: pa.ChunkedArray) -> pa.Array:
+    """One array of a column's plain values (ids arrive as an extension type over 16-byte binaries)."""
+    array = column.combine_chunks()
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
+
+
+def check_write_rules(site: Site, sender: str, relation: str, cs: Changeset,
+                      allow: dict[str, set[str]] | None) -> None:
+    """Refuse (WriteRuleError) a changeset that ``sender`` may not make this site merge.
+
+    ``cs`` was received from the authenticated site ``sender`` in answer to a pull of ``relation``.
+    It may carry only: the changes of ``relation`` itself, from ``sender``; causal-length rows of base
+    relations in that relation's lineage (for a base relation: the relation itself, each row
+    accompanied by its tuple, so the engine checks the row's id against the tuple's values); and,
+    when write rules are given, a causal-length row of base relation X only if the sender may write
+    X here, or X is neither held here nor in the lineage of another remote table or source here
+    that the sender may not write (the rule, and why, is in ``sync/PROTOCOL.md``).
+    """
+    names = [r.name for r in cs.relations]
+    if cs.source != sender:
+        raise WriteRuleError(f"{sender} sent a changeset that claims to come from {cs.source!r}; a peer sends only "
+                             "its own changesets (it may relay others' writes inside them)")
+    if names != [relation]:
+        raise WriteRuleError(f"{sender} answered a pull of {relation} with changes of {names}")
+    may = None if allow is None else allow.get(sender, set())
+    if may is not None and relation not in may:
+        raise WriteRuleError(f"{sender} may not write {relation} here (--allow)")
+    rc = cs.relations[0]
+    held = site.relations()
+    if rc.kind == "base":
+        lineage = {relation}
+        if list(rc.lineage) != [relation]:
+            raise WriteRuleError(f"{sender} sent base relation {relation} with the lineage {list(rc.lineage)}; a "
+                                 "base relation's lineage is itself")
+    else:
+        lineage = set(rc.lineage) | (site.lineage(relation) if relation in held else set())
+    cl = cs.cl
+    if cl is None or cl.num_rows == 0:
+        return
+    if "rel" not in cl.column_names or "id" not in cl.column_names:
+        raise ChangesetError(f"malformed changeset from {sender}: causal lengths without id and rel columns")
+    rels = cl.column("rel").unique().to_pylist()
+    if any(not isinstance(x, str) for x in rels):
+        raise ChangesetError(f"malformed changeset from {sender}: a causal-length row without a relation name")
+    outside = sorted(set(rels) - lineage)
+    if outside:
+        raise WriteRuleError(f"{sender} answered a pull of {relation} with causal lengths of {', '.join(outside)}, "
+                             f"outside {relation}'s lineage ({', '.join(sorted(lineage)) or 'none'})")
+    if rc.kind == "base":
+        # every causal-length change of a base tuple comes with the tuple (crr/changeset.py), whose id the
+        # engine checks against its values: a row that names another relation's tuple id cannot hide here
+        try:
+            ids = _storage(cl.column("id"))
+            tuple_ids = _storage(rc.tuples.column("id")) if "id" in rc.tuples.column_names else ids[:0]
+            covered = pc.all(pc.is_in(ids, value_set=tuple_ids)).as_py() is not False
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError) as e:
+            raise ChangesetError(f"malformed changeset from {sender}: causal-length ids of {relation} cannot be "
+                                 f"matched with its tuple ids ({e})") from None
+        if not covered:
+            raise WriteRuleError(f"{sender} answered a pull of {relation} with causal lengths of tuples it did not "
+                                 "send; each causal-length change of a base tuple must come with the tuple")
+    if may is None:
+        return
+    for x in sorted(set(rels) - may):
+        fix = f"to trust {sender} with {x}'s deletions add it to that peer's --allow rule ({sender}={relation},{x})"
+        if x in held:
+            raise WriteRuleError(f"{sender} may write {relation} but not {x} here, and its changes of {relation} carry "
+                                 f"causal lengths of {x}, which is a {held[x]} table here; {fix}")
+        for other, kind in sorted(held.items()):
+            if kind in ("remote", "source") and other != relation and other not in may and x in site.lineage(other):
+                raise WriteRuleError(f"{sender} may write {relation} but not {other} here, and its changes of "
+                                     f"{relation} carry causal lengths of {x}, which also decide {other}; {fix}")
+
+
 class SyncService:
-    """Background replication for one site. ``start()``, ``stop()``, ``status()``, ``execute()``."""
+    """Background replication for one site. ``start()``, ``stop()``, ``status()``, ``execute()``.
+
+    ``SyncService(site, secret, listen=(host, port), peers=[(host, port)], allow={site: {relation}})``.
+    The site's key pair is read from (or created at) ``<db>.key`` and peer keys are pinned in
+    ``<db>.peers.json`` (in memory for an in-memory site); ``key_file``/``trust_file`` move them,
+    ``trusted_keys`` pins keys given by the application, and ``trust_new_peers=False`` refuses every
+    site whose key is not pinned yet. ``max_buffered`` bounds the bytes of frames received at once
+    over all connections; a frame that cannot get memory within ``memory_wait`` seconds ends its
+    connection. A relation whose merge fails is retried after ``retry_delays[0]`` seconds, doubling up
+    to ``retry_delays[1]``. Refusals are logged ``log_burst`` per kind per ``log_interval`` seconds,
+    then summarised.
+    """
 
     def __init__(self, site: Site, secret: bytes, listen: tuple[str, int] | None = None,
                  peers: list[tuple[str, int]] | None = None, allow: dict[str, set[str]] | None = None,
                  control_path: str | None = None, pull_interval: float = 2.0,
-                 max_frame: int = 256 * 1024 * 1024) -> None:
+                 max_frame: int = 256 * MiB, *, key_file: str | None = None, trust_file: str | None = None,
+                 trusted_keys: dict[str, bytes | str] | None = None, trust_new_peers: bool = True,
+                 max_buffered: int = 512 * MiB, memory_wait: float = 30.0,
+                 retry_delays: tuple[float, float] = (1.0, 300.0), log_burst: int = 5,
+                 log_interval: float = 10.0, max_handshakes: int = 64) -> None:
         self.site = site
         self.secret = secret
         self.listen = listen
@@ -94,10 +287,27 @@ class SyncService:
         self.allow = allow  # peer site id -> relations it may write here (None: any peer, any relation)
         self.control_path = control_path
         self.pull_interval = pull_interval
-        self.max_frame = max_frame
+        self.budget = MemoryBudget(max_buffered)
+        self.max_frame = min(max_frame, max_buffered)  # a frame larger than the whole budget could never be read
+        self.memory_wait = memory_wait
+        self.retry_delays = retry_delays
+        self.max_handshakes = max_handshakes
+        in_memory = _is_memory(site.path)
+        base = None if in_memory else os.path.abspath(site.path)
+        key_file = key_file or (None if base is None else base + ".key")
+        trust_file = trust_file or (None if base is None else base + ".peers.json")
+        self.identity = crypto.Identity.load_or_create(key_file) if key_file else crypto.Identity.ephemeral()
+        self.trust = crypto.TrustStore(trust_file)
+        self.trusted_keys = {s: self._key_bytes(s, k) for s, k in (trusted_keys or {}).items()}
+        self.trust_new_peers = trust_new_peers
         self.links: dict[str, Link] = {}
         self.address: tuple[str, int] | None = None
-        self.refused: list[str] = []  # reasons of refused traffic, newest last (also logged)
+        self.refused: list[str] = []  # reasons of refused traffic, newest last (also logged, rate-limited)
+        self.failures: dict[tuple[str, str], Failure] = {}  # (peer, relation) -> failing merge
+        self._log = RateLimitedLog(log, log_burst, log_interval)
+        self._handshakes = 0
+        # the site is used by the loop and, for control queries, by a worker thread: one at a time
+        self._site_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -105,6 +315,22 @@ class SyncService:
         self._ready = threading.Event()
         self._stopping = False
         self._error: BaseException | None = None  # a failure while starting, re-raised by start()
+
+    @staticmethod
+    def _key_bytes(site: str, key: bytes | str) -> bytes:
+        try:
+            raw = key if isinstance(key, bytes) else bytes.fromhex(key)
+        except ValueError:
+            raw = b""
+        if len(raw) != crypto.KEY_BYTES:
+            raise crypto.IdentityError(f"the trusted key given for site {site!r} is not a {crypto.KEY_BYTES}-byte "
+                                       "Ed25519 public key (raw bytes or hex); copy it from that site's status()['key']")
+        return raw
+
+    @property
+    def public_key(self) -> str:
+        """This site's public key (hex): what peers pin, and what an administrator may pre-pin."""
+        return self.identity.public.hex()
 
     # -- lifecycle (called from any thread) ------------------------------------------------------
     def start(self) -> "SyncService":
@@ -133,12 +359,14 @@ class SyncService:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def call(self, fn, *args, timeout: float = 120):
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = 120) -> Any:
         """Run ``fn(*args)`` on the service thread (where the site lives) and return its result."""
-        assert self._loop is not None, "the sync service is not running"
+        if self._loop is None:
+            raise CrrError("the sync service is not running; call start() first")
 
         async def run():
-            return fn(*args)
+            async with self._site_lock:
+                return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
@@ -147,8 +375,12 @@ class SyncService:
         return self.call(self._execute_here, sql, params)
 
     def status(self) -> dict:
-        """Relations, peers, cursors and how far behind each stream is."""
+        """Relations, peers, cursors, how far behind each stream is, failing merges, memory and refusals."""
         return self.call(self._status_here)
+
+    def forget_peer_key(self, site_id: str) -> None:
+        """Unpin a peer's key (after that site really changed its key); it is trusted on first use again."""
+        self.trust.forget(site_id)
 
     # -- the loop ---------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -170,7 +402,8 @@ class SyncService:
             server = await asyncio.start_server(self._accept, self.listen[0], self.listen[1])
             self._servers.append(server)
             self.address = server.sockets[0].getsockname()[:2]
-            log.info("site %s listening on %s:%s", self.site.site_id, *self.address)
+            log.info("site %s listening on %s:%s (key %s)", self.site.site_id, *self.address,
+                     self.identity.fingerprint)
         if self.control_path:
             if os.path.exists(self.control_path):
                 os.unlink(self.control_path)
@@ -186,10 +419,21 @@ class SyncService:
             server.close()
         for link in list(self.links.values()):
             link.close()
-        for task in list(self._tasks):
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
             task.cancel()
+        if tasks:  # let them finish their cleanup while the loop still runs
+            await asyncio.wait(tasks, timeout=5)
+        self._log.flush_all()
         if self.control_path and os.path.exists(self.control_path):
             os.unlink(self.control_path)
+
+    def _track(self) -> None:
+        """Count the running task (a connection handler started by asyncio) among those stop() ends."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -199,7 +443,8 @@ class SyncService:
 
     def add_peer(self, host: str, port: int) -> None:
         """Dial a peer (e.g. one found by discovery); reconnects until the service stops."""
-        assert self._loop is not None
+        if self._loop is None:
+            raise CrrError("the sync service is not running; call start() before add_peer()")
         self._loop.call_soon_threadsafe(lambda: self._spawn(self._dial_forever(host, port)))
 
     # -- connections ------------------------------------------------------------------------------
@@ -215,7 +460,9 @@ class SyncService:
             except (OSError, asyncio.TimeoutError, EOFError, ConnectionError) as e:
                 log.debug("peer %s:%s unreachable: %s", host, port, e)
             except CrrError as e:
-                self._refuse(f"{host}:{port}: {e}")
+                self._refuse(f"{host}:{port}: {e}", kind=f"dial {host}:{port}")
+            except Exception as e:  # noqa: BLE001 - one line, never a traceback, and keep dialling
+                self._internal(f"connection to {host}:{port}", e)
             finally:
                 if writer is not None:
                     writer.close()
@@ -223,30 +470,81 @@ class SyncService:
             delay = min(delay * 2, 5.0)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track()
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self._handshakes >= self.max_handshakes:
+            self._refuse(f"{address}: {self._handshakes} connections are already authenticating; closed",
+                         kind="connection")
+            writer.close()
+            return
+        self._handshakes += 1
         try:
             link = await asyncio.wait_for(self._handshake(reader, writer, False, address), 10)
         except (asyncio.TimeoutError, EOFError, ConnectionError, OSError, CrrError) as e:
-            self._refuse(f"{address}: handshake failed: {str(e) or type(e).__name__}")
+            self._refuse(f"{address}: handshake failed: {str(e) or type(e).__name__}",
+                         kind="identity" if isinstance(e, crypto.IdentityError) else "connection")
             writer.close()
             return
+        except Exception as e:  # noqa: BLE001
+            self._internal(f"handshake with {address}", e)
+            writer.close()
+            return
+        finally:
+            self._handshakes -= 1
         try:
             await self._serve_link(link)
         except (asyncio.TimeoutError, EOFError, ConnectionError, OSError) as e:
             log.debug("connection from %s ended: %s", address, e)
         except CrrError as e:
-            self._refuse(f"{address}: {e}")
+            self._refuse(f"{address}: {e}", kind=f"peer {link.peer}")
+        except Exception as e:  # noqa: BLE001
+            self._internal(f"connection from {address}", e)
 
-    def _refuse(self, reason: str) -> None:
-        log.warning("refused: %s", reason)
+    def _refuse(self, reason: str, kind: str = "peer") -> None:
+        """Record a refusal and log it (at most a few lines per kind and interval, then a count)."""
         self.refused.append(reason)
         del self.refused[:-100]
+        self._log.warn(kind, reason, self._loop)
+
+    def _internal(self, where: str, e: BaseException) -> None:
+        """One log line for an unexpected error (the traceback only at debug level)."""
+        log.error("%s dropped after an unexpected error: %s: %s", where, type(e).__name__, e,
+                  exc_info=log.isEnabledFor(logging.DEBUG))
+        self.refused.append(f"{where}: unexpected {type(e).__name__}: {e}")
+        del self.refused[:-100]
+
+    def _check_identity(self, site: str, key: bytes) -> None:
+        """Trust check of the handshake: a site id is bound to the first key it proved (or a given one)."""
+        if site == self.site.site_id:
+            if key != self.identity.public:
+                raise crypto.IdentityError(f"a peer claims to be this site ({site!r}) with another key "
+                                           f"({crypto.fingerprint(key)}); refused",
+                                           remote=f"site id {site!r} is taken")
+            return
+        pinned = self.trusted_keys.get(site) or self.trust.get(site)
+        where = "the trusted_keys given to the service" if site in self.trusted_keys else self.trust.path or "memory"
+        if pinned is not None:
+            if pinned != key:
+                raise crypto.IdentityError(
+                    f"site {site!r} presented key {crypto.fingerprint(key)} but is pinned to key "
+                    f"{crypto.fingerprint(pinned)} ({where}): another member of the deployment may be impersonating "
+                    f"it. If {site!r} really has a new key, remove its entry from {where} and reconnect",
+                    remote=f"site id {site!r} is bound to another key here")
+            return
+        if not self.trust_new_peers:
+            raise crypto.IdentityError(
+                f"site {site!r} (key {crypto.fingerprint(key)}) is not known here and new peers are not trusted "
+                f"on first use; add its key to {where} to let it connect",
+                remote=f"site {site!r} is not known here")
+        self.trust.pin(site, key)
+        log.info("pinned site %s to key %s on first contact (%s)", site, crypto.fingerprint(key), where)
 
     async def _handshake(self, reader, writer, is_client: bool, address: str) -> Link:
         run = handshake.client_handshake if is_client else handshake.server_handshake
-        channel, peer = await run(reader, writer, self.secret, self.site.site_id)
-        return Link(reader=reader, writer=writer, channel=channel, peer=peer, address=address, outgoing=is_client)
+        done = await run(reader, writer, self.secret, self.site.site_id, self.identity, self._check_identity)
+        return Link(reader=reader, writer=writer, channel=done.channel, peer=done.site, address=address,
+                    outgoing=is_client, budget=self.budget, key=done.key)
 
     async def _serve_link(self, link: Link) -> None:
         if link.peer == self.site.site_id:
@@ -261,17 +559,24 @@ class SyncService:
                 return
             old.close()
         self.links[link.peer] = link
-        log.info("connected to %s (%s)", link.peer, link.address)
+        log.info("connected to %s (%s, key %s)", link.peer, link.address, crypto.fingerprint(link.key))
         puller = self._spawn(self._pull_loop(link))
         try:
-            await link.send(self._serves_message())
+            async with self._site_lock:
+                serves = self._serves_message()
+            await link.send(serves)
             while True:
-                message = await link.recv(self.max_frame)
-                await self._dispatch(link, message)
+                message, size = await link.recv(self.max_frame, self.memory_wait)
+                kept = False
+                try:
+                    kept = await self._dispatch(link, check_message(message, PEER_MESSAGES), size)
+                finally:
+                    if not kept:
+                        link.release(size)
         except (EOFError, ConnectionError, asyncio.IncompleteReadError):
             pass
         except CrrError as e:
-            self._refuse(f"{link.peer} ({link.address}): {e}")
+            self._refuse(f"{link.peer} ({link.address}): {e}; connection closed", kind=f"peer {link.peer}")
         finally:
             puller.cancel()
             link.close()
@@ -285,39 +590,45 @@ class SyncService:
         return {"t": "serves", "relations": rels, "cursor": self.site.cursor}
 
     # -- messages ---------------------------------------------------------------------------------
-    async def _dispatch(self, link: Link, m: dict) -> None:
+    async def _dispatch(self, link: Link, m: dict, size: int) -> bool:
+        """Handle one validated message; True if its memory is handed on (released later by the puller)."""
         t = m["t"]
         if t == "serves":
-            link.serves = {r[0]: (r[1], r[2]) for r in m.get("relations", []) if isinstance(r, list) and len(r) == 3}
-            link.peer_cursor = int(m.get("cursor", 0))
+            link.serves = {r[0]: (r[1], r[2]) for r in m["relations"]}
+            link.peer_cursor = m["cursor"]
             link.wanted.set()
         elif t == "notice":
-            link.peer_cursor = max(link.peer_cursor, int(m.get("cursor", 0)))
+            link.peer_cursor = max(link.peer_cursor, m["cursor"])
             link.wanted.set()
         elif t == "pull":
-            rel, since, rid = m.get("relation"), m.get("since", 0), m.get("rid")
-            if not isinstance(rel, str) or self.site.relations().get(rel, "source") == "source" \
-                    or not isinstance(since, int):
+            rel, since, rid = m["relation"], m["since"], m["rid"]
+            async with self._site_lock:
+                served = self.site.relations().get(rel, "source") != "source"
+                data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
+            if not served:
                 await link.send({"t": "error", "rid": rid, "message": f"this site does not serve {rel!r}"})
-                return
-            data = self.site.changes(since=since, relations=[rel]).to_bytes()
+                return False
             await link.send({"t": "changes", "rid": rid, "data": data})
         elif t in ("changes", "error") and m.get("rid") in link.pending:
             fut = link.pending.pop(m["rid"])
             if not fut.done():
-                fut.set_result(m)
+                fut.set_result((m, size))
+                return True
         elif t == "error":
-            self._refuse(f"{link.peer} reports: {m.get('message')}")
-        else:
-            raise ProtocolError(f"unexpected message type {t!r}")
+            self._refuse(f"{link.peer} reports: {m['message'][:300]}", kind=f"peer {link.peer}")
+        # an answer to a request that timed out is dropped
+        return False
 
-    async def _request(self, link: Link, message: dict, timeout: float = 60) -> dict:
+    async def _request(self, link: Link, message: dict, timeout: float = 60) -> tuple[dict, int]:
         link.next_rid += 1
         rid = message["rid"] = link.next_rid
         fut = asyncio.get_running_loop().create_future()
         link.pending[rid] = fut
         await link.send(message)
-        return await asyncio.wait_for(fut, timeout)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            link.pending.pop(rid, None)
 
     def _wanted_relations(self, link: Link) -> list[str]:
         out = []
@@ -328,7 +639,10 @@ class SyncService:
             if kind == "replicated" and peer_kind != "replicated":
                 continue  # a replica merges only other replicas of the table
             if fingerprint != self.site.relation(name).fingerprint:
-                self._refuse(f"{link.peer} serves {name} with another schema (fingerprint {fingerprint}); not pulling it")
+                if (name, fingerprint) not in link.warned:  # once per connection, not at every pull
+                    link.warned.add((name, fingerprint))
+                    self._refuse(f"{link.peer} serves {name} with another schema (fingerprint {fingerprint}); "
+                                 "not pulling it", kind=f"schema {link.peer}")
                 continue
             if self.allow is not None and name not in self.allow.get(link.peer, set()):
                 continue  # this peer may not write that relation here
@@ -341,30 +655,66 @@ class SyncService:
             link.wanted.clear()
             try:
                 await self._pull(link)
-            except (ConnectionError, asyncio.TimeoutError):
+            except (ConnectionError, OSError, asyncio.TimeoutError, EOFError) as e:
+                log.debug("pulling from %s stopped: %s", link.peer, e)
+                link.close()  # the peer reconnects and resumes from the stored cursors
+                return
+            except Exception as e:  # noqa: BLE001 - one line, then a fresh connection
+                self._internal(f"pulling from {link.peer}", e)
+                link.close()
                 return
 
     async def _pull(self, link: Link) -> None:
         changed = False
-        for name in self._wanted_relations(link):
-            since = self.site.peer_cursor(link.peer, name)
-            reply = await self._request(link, {"t": "pull", "relation": name, "since": since})
-            if reply["t"] == "error":
-                self._refuse(f"{link.peer} would not serve {name}: {reply.get('message')}")
-                continue
-            data = reply.get("data")
+        async with self._site_lock:
+            wanted = self._wanted_relations(link)
+        for name in wanted:
+            failure = self.failures.get((link.peer, name))
+            if failure is not None and time.monotonic() < failure.next_try:
+                continue  # backing off; the other relations go on
+            async with self._site_lock:
+                since = self.site.peer_cursor(link.peer, name)
+            reply, size = await self._request(link, {"t": "pull", "relation": name, "since": since})
             try:
-                cs = Changeset.from_bytes(data if isinstance(data, bytes) else b"")
-                if cs.source != link.peer or [r.name for r in cs.relations] != [name]:
-                    raise ChangesetError(f"{link.peer} answered a pull of {name} with changes of "
-                                         f"{[r.name for r in cs.relations]} from {cs.source}")
-                result = self.site.merge(cs, track=True)
-            except CrrError as e:
-                self._refuse(f"changes of {name} from {link.peer}: {e}")
-                continue
-            changed = changed or result.changed
+                if reply["t"] == "error":
+                    self._failed(link.peer, name, f"the peer would not serve it: {reply['message'][:300]}")
+                    continue
+                async with self._site_lock:
+                    changed = self._merge_from(link.peer, name, reply["data"]) or changed
+            finally:
+                link.release(size)
         if changed:
             await self._notify(exclude=link.peer)
+
+    def _merge_from(self, peer: str, name: str, data: bytes) -> bool:
+        """Check and merge one relation's changes from ``peer``; a failure is recorded and retried later."""
+        try:
+            cs = Changeset.from_bytes(data)
+            check_write_rules(self.site, peer, name, cs, self.allow)
+            result = self.site.merge(cs, track=True)
+        except CrrError as e:
+            self._failed(peer, name, f"{type(e).__name__}: {e}")
+            return False
+        except Exception as e:  # noqa: BLE001 - e.g. a raw database error: this relation waits, the others go on
+            self._failed(peer, name, f"{type(e).__name__}: {e}")
+            return False
+        failure = self.failures.pop((peer, name), None)
+        if failure is not None:
+            log.info("changes of %s from %s merge again (after %d failed attempts)", name, peer, failure.attempts)
+        return bool(result.changed)
+
+    def _failed(self, peer: str, name: str, error: str) -> None:
+        now = time.monotonic()
+        failure = self.failures.get((peer, name))
+        if failure is None:
+            failure = self.failures[(peer, name)] = Failure(peer, name, error, 0, time.time(), now)
+        failure.attempts += 1
+        failure.error = error
+        first, most = self.retry_delays
+        delay = min(first * 2 ** (failure.attempts - 1), most)
+        failure.next_try = now + delay
+        self._refuse(f"changes of {name} from {peer} not merged (attempt {failure.attempts}, next in {delay:.0f} s): "
+                     f"{error}", kind=f"merge {peer} {name}")
 
     async def _notify(self, exclude: str | None = None) -> None:
         message = {"t": "notice", "cursor": self.site.cursor}
@@ -395,37 +745,74 @@ class SyncService:
             streams = []
             for name in self._wanted_relations(link):
                 cursor = self.site.peer_cursor(peer, name)
-                streams.append({"relation": name, "cursor": cursor, "behind": max(0, link.peer_cursor - cursor)})
-            peers.append({"site": peer, "address": link.address, "direction": "out" if link.outgoing else "in",
+                stream = {"relation": name, "cursor": cursor, "behind": max(0, link.peer_cursor - cursor)}
+                failure = self.failures.get((peer, name))
+                if failure is not None:
+                    stream["error"] = failure.error
+                streams.append(stream)
+            peers.append({"site": peer, "key": link.key.hex(), "address": link.address,
+                          "direction": "out" if link.outgoing else "in",
                           "connected_seconds": round(time.time() - link.since, 1), "peer_cursor": link.peer_cursor,
                           "bytes_in": link.bytes_in, "bytes_out": link.bytes_out, "streams": streams})
-        return {"site": self.site.site_id, "cursor": self.site.cursor,
+        return {"site": self.site.site_id, "key": self.public_key, "cursor": self.site.cursor,
                 "listening": f"{self.address[0]}:{self.address[1]}" if self.address else None,
                 "relations": self.site.relations(), "peers": peers,
                 "cursors": [list(map(str, c)) for c in self.site.peer_cursors()],
+                "failing": [f.describe() for _, f in sorted(self.failures.items())],
+                "memory": {"buffered": self.budget.used, "peak": self.budget.peak, "limit": self.budget.limit,
+                           "refused_frames": self.budget.refused},
                 "refused": self.refused[-10:]}
 
     # -- local control channel (crr sql / crr status while serving) ---------------------------------
     async def _accept_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track()
         try:
-            link = await asyncio.wait_for(self._handshake(reader, writer, False, "control"), 10)
+            done = await asyncio.wait_for(handshake.server_handshake(reader, writer, self.secret, self.site.site_id,
+                                                                     self.identity), 10)
+            link = Link(reader=reader, writer=writer, channel=done.channel, peer="control", address="control",
+                        outgoing=False, budget=self.budget)
             while True:
-                m = await link.recv(self.max_frame)
+                m, size = await link.recv(self.max_frame, self.memory_wait)
                 try:
-                    if m["t"] == "sql":
-                        rows = self._execute_here(m["sql"], m.get("params"))
-                        body = {"t": "rows", "rows": [list(r) for r in rows]}
-                    elif m["t"] == "status":
-                        body = {"t": "status", "status": self._status_here()}
-                    else:
-                        raise ProtocolError(f"unexpected control message {m['t']!r}")
-                except CrrError as e:
-                    body = {"t": "error", "message": str(e), "kind": type(e).__name__}
-                link.writer.write(frame(link.channel.seal(msgpack.packb(body, use_bin_type=True, default=_plain))))
-                await link.writer.drain()
-        except (EOFError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                    await self._control(link, check_message(m, CONTROL_MESSAGES))
+                finally:
+                    link.release(size)
+        except (EOFError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
             pass
         except CrrError as e:
-            self._refuse(f"control channel: {e}")
+            self._refuse(f"control channel: {e}", kind="control")
+        except Exception as e:  # noqa: BLE001
+            self._internal("control channel", e)
         finally:
             writer.close()
+
+    async def _control(self, link: Link, m: dict) -> None:
+        """Answer one control request.
+
+        A statement runs on a worker thread (holding the site, so merges wait for it, but the loop keeps
+        serving connections), and its rows go out in frames of CONTROL_CHUNK rows, packed and sealed on a
+        worker thread too, while merges go on.
+        """
+        try:
+            if m["t"] == "status":
+                async with self._site_lock:
+                    status = self._status_here()
+                await link.send_sealed(link.channel.seal(encode({"t": "status", "status": status}, _plain)))
+                return
+            async with self._site_lock:
+                before = self.site.cursor
+                rows = await asyncio.to_thread(self.site.execute, m["sql"], m.get("params"))
+                wrote = self.site.cursor != before
+            if wrote:
+                self._spawn(self._notify())
+        except CrrError as e:
+            await link.send({"t": "error", "message": str(e), "kind": type(e).__name__})
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. a raw database error: the client gets it as an answer
+            await link.send({"t": "error", "message": f"{type(e).__name__}: {e}", "kind": type(e).__name__})
+            return
+        for start in range(0, max(len(rows), 1), CONTROL_CHUNK):
+            chunk = {"t": "rows", "rows": rows[start:start + CONTROL_CHUNK],
+                     "more": start + CONTROL_CHUNK < len(rows)}
+            sealed = await asyncio.to_thread(lambda c=chunk: link.channel.seal(encode(c, _plain)))
+            await link.send_sealed(sealed)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import crr
-from sync.protocol import frame, encode
+from sync.protocol import PROTOCOL_VERSION, encode, frame
 from sync.service import SyncService
 
 SECRET = b"s" * 32
@@ -82,8 +82,10 @@ def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path)
         sa.execute("DELETE FROM r WHERE a = 2")
         assert wait_for(lambda: rows(sv, "SELECT * FROM w ORDER BY b") == [("x",)])
         assert wait_for(lambda: rows(sf, "SELECT * FROM w ORDER BY b") == [("x",)])
-        assert "r" not in [r[0] for r in sv._serves_message()["relations"]]
-        time.sleep(0.5)
+        assert "r" not in [r[0] for r in sv.call(sv._serves_message)["relations"]]
+        # a later write reaches far through v: far has pulled from v since, and still has no r
+        sa.execute("INSERT INTO r VALUES (3, 'z')")
+        assert wait_for(lambda: rows(sf, "SELECT * FROM w ORDER BY b") == [("x",), ("z",)])
         assert rows(sf, "SELECT count(*) FROM r") == [(0,)]  # v keeps no copy of r to pass on
     finally:
         _shutdown(services, (a, v, far))
@@ -96,8 +98,7 @@ def test_wrong_secret_is_refused_and_changes_nothing(tmp_path):
     try:
         sa.execute("INSERT INTO r VALUES (1, 'x')")
         assert wait_for(lambda: sa.refused and sb.refused, 10)
-        time.sleep(0.5)
-        assert rows(sb, "SELECT * FROM r") == []
+        assert rows(sb, "SELECT * FROM r") == []  # no connection was ever authenticated to carry it
         assert sa.links == {} and sb.links == {}
         assert any("secret" in r or "authentication" in r for r in sa.refused + sb.refused)
     finally:
@@ -116,7 +117,10 @@ def test_peer_may_only_write_allowed_relations(tmp_path):
         sa.execute("INSERT INTO r VALUES (1, 'x')")
         sa.execute("INSERT INTO q VALUES (7)")
         assert wait_for(lambda: rows(sb, "SELECT * FROM q") == [(7,)])
-        time.sleep(0.5)
+        # a later write of q arrives, so b has pulled from a after r was written (b pulls r before q
+        # when it may: r was declared first): r did not come with it
+        sa.execute("INSERT INTO q VALUES (8)")
+        assert wait_for(lambda: rows(sb, "SELECT * FROM q ORDER BY x") == [(7,), (8,)])
         assert rows(sb, "SELECT * FROM r") == []  # a may not write r at b
         sb.execute("INSERT INTO r VALUES (2, 'y')")
         assert wait_for(lambda: rows(sa, "SELECT * FROM r ORDER BY a") == [(1, "x"), (2, "y")])
@@ -132,7 +136,11 @@ def test_peer_may_only_write_allowed_relations(tmp_path):
     frame(b"\xff" * 10),                           # undecodable body
     b"\xff\xff\xff\xff",                           # oversized frame header
     frame(encode({"t": "hello", "v": 99, "site": "x", "nonce": b"n" * 16})),  # wrong version
-    frame(encode({"t": "hello", "v": 1, "site": "x", "nonce": b"n" * 16})) + frame(encode({"t": "auth", "proof": b"0" * 32})),
+    frame(encode({"t": "hello", "v": 1, "site": "x", "nonce": b"n" * 16})),  # the version before site keys
+    frame(encode({"t": "hello", "v": PROTOCOL_VERSION, "site": "x", "nonce": b"n" * 16, "key": b"k" * 32,
+                  "dh": b"d" * 32})) + frame(encode({"t": "auth", "proof": b"0" * 32, "sig": b"s" * 64})),  # no secret
+    frame(encode({"t": "hello", "v": PROTOCOL_VERSION, "site": "x", "nonce": b"n" * 16, "key": b"short",
+                  "dh": b"d" * 32})),  # malformed key
 ])
 def test_garbage_is_refused_and_server_keeps_serving(tmp_path, garbage):
     a = _site(tmp_path, "a")
