@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import struct
+from dataclasses import fields
+
+import msgpack
+import pyarrow.compute as pc
 import pytest
 
 import crr
+from crr import changeset
+from tests import fuzz_merge_child as fz
 from tests.conftest import app, aug
 
 
@@ -151,3 +158,175 @@ def test_tuple_with_several_new_derivations_appears_once():
     viewer.merge(base.changes(relations=["r"]))  # then three derivations of q's <7> at once
     assert viewer.execute("SELECT * FROM q") == [(7,)]
     assert viewer.execute("SELECT * FROM pb") == [(7,)]
+
+
+# -- crafted changesets: a peer that holds the secret but lies (checksums recomputed) ----------------
+
+def _body(cs_bytes: bytes) -> dict:
+    return msgpack.unpackb(cs_bytes[fz.HEADER:], raw=False)
+
+
+def _rel(doc: dict, name: str) -> dict:
+    return next(r for r in doc["relations"] if r["name"] == name)
+
+
+def _forge(doc: dict, version: int | None = None) -> bytes:
+    """Bytes of a body with a correct checksum, as a lying peer would send them."""
+    return fz.frame(msgpack.packb(doc, use_bin_type=True), version)
+
+
+@pytest.fixture(scope="module")
+def seeds() -> list[bytes]:
+    """Real changesets of a site with every supported type, a keyed table, a remote table and views."""
+    return fz.build_seeds()
+
+
+def test_malformed_arrow_offsets_are_refused_not_a_segfault(seeds, tmp_path):
+    """String, blob and list offsets past their buffers (valid checksum) used to segfault Site.merge."""
+    cases = []
+    doc = _body(seeds[0])
+    for holder, key, column in [(_rel(doc, "t"), "tuples", 2), (_rel(doc, "t"), "tuples", 3),
+                                (_rel(doc, "w"), "tuples", 1), (_rel(doc, "w"), "monos", 1), (doc, "cl", 1)]:
+        forged = _body(seeds[0])
+        target = forged if holder is doc else _rel(forged, holder["name"])
+        target[key] = fz.offsets_past_buffer(holder[key], column)
+        path = tmp_path / f"case{len(cases)}.bin"
+        path.write_bytes(_forge(forged))
+        cases.append(str(path))
+    results = fz.run_child("merge", *cases)  # a segfault fails here with the child's exit status
+    for result, where in zip(results, ['relation "t": tuples', 'relation "t": tuples', 'relation "w": tuples',
+                                       'relation "w": monomials', "causal lengths"]):
+        assert result["outcome"] == "refused", result
+        assert where in result["error"] and "offset" in result["error"].lower(), result
+        assert result["unchanged"]
+
+
+def test_zstd_bomb_is_refused_before_it_inflates():
+    """A ~130 KB changeset whose zstd Arrow buffer inflates to 4 GiB, merged with the address space
+    capped 512 MiB above the child's size: refused for its compression, with no memory growth."""
+    report = fz.run_child("bomb", str(512 << 20))
+    assert report["bytes"] < 200_000
+    for call in ("from_bytes", "merge"):
+        assert report[call].startswith("crr.errors.ChangesetError") and "compressed" in report[call], report
+    assert report["rss_growth"] < 64 << 20, report
+
+
+def test_compressed_arrow_is_refused(seeds):
+    doc = _body(seeds[0])
+    _rel(doc, "p")["tuples"] = fz.write_ipc(fz.read_ipc(_rel(doc, "p")["tuples"]), compression="lz4")
+    with pytest.raises(crr.ChangesetError, match='relation "p": tuples: compressed Arrow'):
+        crr.Changeset.from_bytes(_forge(doc))
+
+
+def test_size_limit_is_configurable(seeds, monkeypatch):
+    data = seeds[0]
+    assert len(crr.Changeset.from_bytes(data, max_bytes=len(data)).relations) == 6
+    with pytest.raises(crr.ChangesetError, match=f"larger than the limit of {len(data) - 1} bytes"):
+        crr.Changeset.from_bytes(data, max_bytes=len(data) - 1)
+    monkeypatch.setattr(changeset, "MAX_BYTES", 1000)
+    with pytest.raises(crr.ChangesetError, match="limit of 1000 bytes"):
+        crr.Site().merge(data)
+
+
+@pytest.mark.parametrize("version, text", [(1, "older crr .* upgrade the older site"), (3, "newer crr .* upgrade this site")])
+def test_other_format_versions_are_refused_with_what_to_upgrade(seeds, version, text):
+    with pytest.raises(crr.ChangesetError, match=text):
+        crr.Changeset.from_bytes(_forge(_body(seeds[0]), version))
+
+
+def test_not_null_travels_in_the_body():
+    a, _ = _pair()
+    cs = a.changes(relations=["t"])
+    assert cs.version == 2 and changeset.FORMAT_VERSION == 2
+    cs.relations[0].not_null = ["v"]
+    data = cs.to_bytes()
+    assert _body(data)["relations"][0]["not_null"] == ["v"]
+    assert crr.Changeset.from_bytes(data).relations[0].not_null == ["v"]
+    assert [f.name for f in fields(changeset.RelationChanges)][-2:] == ["monos", "not_null"]
+
+
+def test_any_user_column_names_are_accepted(seeds):
+    names = ["id", "vid", "a b", 'q"uote', "it's", "x.y", "a;b", "Mixed Case", "é", "🎉", "seq", "c0", "kh"]
+    doc = _body(seeds[0])
+    cols = _rel(doc, "t")["columns"]
+    for col, name in zip(cols, names):
+        col[0] = name
+    cs = crr.Changeset.from_bytes(_forge(doc))
+    assert [n for n, _ in cs.relation("t").columns][:len(names)] == names
+
+
+def _junk_utf8(stream: bytes, column: int) -> bytes:
+    """The first byte of a string column's data replaced by 0xff (invalid UTF-8)."""
+    data = bytearray(stream)
+    schema = fz.read_ipc(stream).schema
+    kinds = [(i, k) for i, f in enumerate(schema) for k in fz.buffer_kinds(f.type)]
+    batch = next(m for m in fz.ipc_messages(data) if m["kind"] == 3)
+    data[batch["body"] + struct.unpack_from("<q", data, batch["buffers"][kinds.index((column, "data"))])[0]] = 0xFF
+    return bytes(data)
+
+
+def _mutate(**edits):
+    """A body edit: top-level keys, or ``rel__key`` for relation fields, set to the given values or
+    transformed by the given callables."""
+    def edit(doc: dict) -> None:
+        for path, value in edits.items():
+            holder, key = (_rel(doc, path.split("__")[0]), path.split("__")[1]) if "__" in path else (doc, path)
+            holder[key] = value(holder[key]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_mutate(cl=lambda s: _junk_utf8(s, 1)), "causal lengths: invalid Arrow data .*UTF8"),   # was UnicodeDecodeError
+    (_mutate(cursor=2**64 - 1), "cursor .* out of range"),                       # was ConversionException (track)
+    (_mutate(since=-5), "since -5 is out of range"),                              # was accepted
+    (lambda d: d["relations"].append(dict(_rel(d, "t"))), 'relation "t" appears twice'),  # was accepted
+    (_mutate(p__key="pk"), 'relation "p": key should be a list'),               # was a misleading schema mismatch
+    (_mutate(t__tuples=lambda s: fz.write_ipc(
+        (t := fz.read_ipc(s)).set_column(1, "k", pc.dictionary_encode(t.column(1))))),
+     'relation "t": tuples: dictionary-encoded Arrow is not accepted'),                           # was accepted
+    (_mutate(w__monos=None), 'relation "w" is a derived relation without monomials'),
+    (lambda d: _rel(d, "t").update(monos=_rel(d, "w")["monos"]), 'relation "t" is a base .* monomials'),
+    (_mutate(t__lineage=["t", "p"]), 'relation "t" is a base relation, its lineage must be itself'),
+    (_mutate(t__not_null=["nope"]), "not_null names 'nope', which is not a column"),
+    (_mutate(t__columns=lambda c: c + [["k", "INTEGER"]]), "column 'k' appears twice"),
+    (_mutate(t__columns=lambda c: [[n, "INTERVAL" if n == "k" else t] for n, t in c]), "'INTERVAL'.* does not replicate"),
+    (_mutate(t__name=""), "relation 0 name should be a non-empty str"),
+    (_mutate(t__kind="view"), "kind 'view' is neither"),
+    (_mutate(extra=1), "has unknown keys 'extra'"),
+    (lambda d: d.pop("cl"), "lacks cl"),
+    (_mutate(t__fingerprint=b"\xff"), "fingerprint should be str, got bytes"),
+    (_mutate(p__lineage=["p", "p"]), "lineage 'p' appears twice"),
+    (_mutate(cl=lambda s: fz.write_ipc(fz.read_ipc(s).rename_columns(["id", "rel", "cl", "kh", "stmp"]))),
+     "causal lengths: column 4 is named 'stmp'"),
+    (_mutate(t__tuples=lambda s: fz.write_ipc(fz.read_ipc(s).rename_columns(
+        ["vid"] + fz.read_ipc(s).column_names[1:]))), "column 0 is named 'vid', expected 'id'"),
+])
+def test_mutated_bodies_are_changeset_errors_that_say_what_is_wrong(seeds, edit, message):
+    doc = _body(seeds[0])
+    edit(doc)
+    data = _forge(doc)
+    with pytest.raises(crr.ChangesetError, match=message):
+        crr.Changeset.from_bytes(data)
+    site = fz.target()
+    state = _snapshot(site)
+    for track in (False, True):
+        with pytest.raises(crr.ChangesetError, match=message):
+            site.merge(data, track=track)
+    assert _snapshot(site) == state
+
+
+def test_causal_lengths_outside_the_lineage_are_refused(seeds):
+    doc = _body(seeds[0])
+    doc["relations"] = [r for r in doc["relations"] if "r" not in r["lineage"]]  # cl still holds r's entries
+    with pytest.raises(crr.ChangesetError, match='causal lengths of "r", which is in the lineage of no relation'):
+        crr.Changeset.from_bytes(_forge(doc))
+
+
+def test_validate_checks_changesets_built_in_python():
+    a, _ = _pair()
+    cs = a.changes(relations=["t"])
+    assert cs.validate() is cs
+    cs.relations[0].tuples = cs.relations[0].tuples.set_column(
+        1, "k", cs.relations[0].tuples.column(1).cast("int64"))
+    with pytest.raises(crr.ChangesetError, match='relation "t": tuples: column 1 .* int64, expected int32'):
+        cs.validate()
