@@ -5,12 +5,15 @@ from __future__ import annotations
 import struct
 from dataclasses import fields
 
+import duckdb
 import msgpack
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 import crr
 from crr import changeset
+from crr.types import Column, tuple_id_sql
 from tests import fuzz_merge_child as fz
 from tests.conftest import app, aug
 
@@ -330,3 +333,57 @@ def test_validate_checks_changesets_built_in_python():
         1, "k", cs.relations[0].tuples.column(1).cast("int64"))
     with pytest.raises(crr.ChangesetError, match='relation "t": tuples: column 1 .* int64, expected int32'):
         cs.validate()
+
+
+def _with_true_ids(table: pa.Table, relation: str, columns: list) -> pa.Table:
+    """A base tuples table with its ids recomputed from its values, as a lying peer can do."""
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    con.register("forged", table)
+    cols = [Column(n, t) for n, (_, t) in zip(table.column_names[1:], columns)]
+    ids = con.sql(f"SELECT {tuple_id_sql(relation, cols)} AS id FROM forged").to_arrow_table().column(0)
+    return table.set_column(0, table.field(0), ids)
+
+
+@pytest.mark.parametrize("column, value", [(7, -2**63), (7, -9223372022400000001), (8, -2**63), (8, -2**63 + 2)])
+def test_timestamps_duckdb_cannot_hold_are_refused(seeds, column, value):
+    """Valid Arrow, but before DuckDB's TIMESTAMP range: casting one used to raise an internal error
+    that invalidates the whole database (TIMESTAMP), or a raw ConversionException (TIMESTAMPTZ)."""
+    doc = _body(seeds[0])
+    t = _rel(doc, "t")
+    table = fz.read_ipc(t["tuples"])
+    col = table.column(column)
+    ints = col.cast(pa.int64()).to_pylist()
+    ints[0] = value
+    table = table.set_column(column, table.field(column), pa.array(ints, pa.int64()).cast(col.type))
+    forged = _with_true_ids(table, "t", t["columns"])
+    t["tuples"] = fz.write_ipc(forged)
+    # the causal length of the row follows its new id, so the forged row would be visible
+    old_id, new_id = table.column(0).chunk(0).storage[0], forged.column(0).chunk(0).storage[0]
+    cl = fz.read_ipc(doc["cl"])
+    ids = pa.array([new_id.as_py() if x == old_id.as_py() else x for x in
+                    cl.column(0).combine_chunks().storage.to_pylist()], pa.binary(16))
+    doc["cl"] = fz.write_ipc(cl.set_column(0, cl.field(0), pa.ExtensionArray.from_storage(cl.field(0).type, ids)))
+    site = fz.target()
+    state = _snapshot(site)
+    with pytest.raises(crr.ChangesetError, match=r"relation \"t\": tuples: column .* timestamp before DuckDB's range"):
+        site.merge(_forge(doc))
+    assert _snapshot(site) == state
+    site.merge(seeds[0])  # the site still works
+    assert len(site.execute("SELECT ts::VARCHAR, tz::VARCHAR FROM t")) == 5
+
+
+def test_edge_values_duckdb_holds_are_accepted():
+    """TIME 24:00:00 (which pyarrow's full validation calls out of range), the ends of DuckDB's DATE
+    and TIMESTAMP ranges and the infinities travel."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE e (n INTEGER, t TIME, ts TIMESTAMP, tz TIMESTAMPTZ, d DATE)")
+    a.execute("INSERT INTO e VALUES (1, TIME '24:00:00', TIMESTAMP '290309-12-22 (BC) 00:00:00', "
+              "TIMESTAMPTZ '294247-01-10 04:00:54.775806+00', DATE '5877642-06-25 (BC)'), "
+              "(2, TIME '00:00:00', TIMESTAMP 'infinity', TIMESTAMPTZ '-infinity', DATE 'infinity'), "
+              "(3, NULL, TIMESTAMP '-infinity', NULL, DATE '5881580-07-10')")
+    b.merge(a.changes().to_bytes())
+    query = "SELECT n, t::VARCHAR, ts::VARCHAR, tz::VARCHAR, d::VARCHAR FROM e ORDER BY n"
+    assert b.execute(query) == a.execute(query)
+    assert b.execute(query)[0][1] == "24:00:00"
