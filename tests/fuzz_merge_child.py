@@ -33,6 +33,7 @@ import traceback
 import types
 from typing import Any, Callable
 
+import duckdb
 import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +42,7 @@ import pyarrow.ipc as ipc
 import crr
 import crr.clock
 from crr import changeset as changeset_module
+from crr.types import Column, tuple_id_sql
 
 _FAKE_NOW = [1_700_000_000.0]
 
@@ -636,9 +638,40 @@ def _bytes_op(data: bytes, rng: random.Random) -> bytes:
     return bytes(b)
 
 
+def _map_ids(col: pa.ChunkedArray, mapping: dict[bytes, bytes]) -> pa.Array:
+    storage = pa.array([mapping.get(x, x) for x in col.combine_chunks().storage.to_pylist()], pa.binary(16))
+    return pa.ExtensionArray.from_storage(col.type, storage)
+
+
+def m_reid(doc: Doc, rng: random.Random) -> str:
+    """Recompute every tuple id from its values (and carry causal lengths and monomials along), as a
+    lying peer can: only for a body that passes validation, so DuckDB reads only validated tables."""
+    try:
+        cs = crr.Changeset.from_bytes(frame(msgpack.packb(doc, use_bin_type=True)))
+    except crr.ChangesetError:
+        return "reid: body already refused"
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    mapping: dict[bytes, bytes] = {}
+    for rc, raw in zip(cs.relations, doc["relations"]):
+        cols = [Column(n, t) for n, (_, t) in zip(rc.tuples.column_names[1:], rc.columns)]
+        con.register("forged", rc.tuples)
+        ids = con.sql(f"SELECT {tuple_id_sql(rc.name, cols)} FROM forged").to_arrow_table().column(0)
+        con.unregister("forged")
+        mapping.update(zip(rc.tuples.column(0).combine_chunks().storage.to_pylist(),
+                           ids.combine_chunks().storage.to_pylist()))
+        raw["tuples"] = write_ipc(rc.tuples.set_column(0, rc.tuples.field(0), ids))
+    for rc, raw in zip(cs.relations, doc["relations"]):
+        if rc.monos is not None:
+            raw["monos"] = write_ipc(rc.monos.set_column(0, rc.monos.field(0), _map_ids(rc.monos.column(0), mapping)))
+    if cs.cl is not None:
+        doc["cl"] = write_ipc(cs.cl.set_column(0, cs.cl.field(0), _map_ids(cs.cl.column(0), mapping)))
+    return "reid"
+
+
 DOC_OPS: dict[str, Callable[[Doc, random.Random], str]] = {
     "field_junk": m_field_junk, "field_drop_or_add": m_field_drop_or_add, "field_swap": m_field_swap,
-    "ints": m_ints, "names": m_names, "columns": m_columns, "table_swap": a_swap, "ipc_bytes": a_ipc_bytes,
+    "ints": m_ints, "names": m_names, "reid": m_reid, "columns": m_columns, "table_swap": a_swap, "ipc_bytes": a_ipc_bytes,
 }
 ARROW_OPS: dict[str, Callable[[pa.Table, random.Random], Any]] = {
     "retype": a_retype, "reshape": a_reshape, "rows": a_rows, "metadata": a_metadata, "compress": a_compress,
@@ -679,6 +712,8 @@ def mutation(seeds: list[bytes], seed: int, index: int) -> tuple[bytes, str]:
     s = rng.randrange(len(seeds))
     names = OP_NAMES
     ops = rng.choices(names, weights=[WEIGHTS.get(n, 1) for n in names], k=rng.choice([1, 1, 1, 2, 3]))
+    if rng.random() < 0.25:
+        ops.append("reid")  # a liar recomputes the ids of whatever it changed
     data, log = apply_ops(seeds[s], ops, rng)
     return data, f"seed {seed} index {index}: changeset {s}, ops {ops}: {'; '.join(log)}"
 

@@ -279,7 +279,7 @@ def _mutate(**edits):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (_mutate(cl=lambda s: _junk_utf8(s, 1)), "causal lengths: invalid Arrow data .*UTF8"),   # was UnicodeDecodeError
+    (_mutate(cl=lambda s: _junk_utf8(s, 1)), "causal lengths: column 1 .* invalid Arrow data .*UTF8"),   # was UnicodeDecodeError
     (_mutate(cursor=2**64 - 1), "cursor .* out of range"),                       # was ConversionException (track)
     (_mutate(since=-5), "since -5 is out of range"),                              # was accepted
     (lambda d: d["relations"].append(dict(_rel(d, "t"))), 'relation "t" appears twice'),  # was accepted
