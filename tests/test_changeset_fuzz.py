@@ -23,7 +23,7 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "(before the first merge)"
 
 
-def _check(report: dict, progress: Path) -> None:
+def _check(report: dict) -> None:
     failures = "\n\n".join(f"{f['input']}\n{f['error']}" for f in report["failures"][:5])
     assert not report["failures"], f"{len(report['failures'])} merges failed other than by ChangesetError:\n{failures}"
     assert report["refused"] > report["runs"] // 2 and report["merged"] > 0, report
@@ -36,7 +36,7 @@ def test_seeded_mutations_are_refused_cleanly_or_merged(tmp_path):
     except AssertionError as e:
         raise AssertionError(f"{e}\nlast input merged: {_last_line(progress)}") from None
     assert report["runs"] >= 800, f"only {report['runs']} mutations ran within {BUDGET_S} s: {report}"
-    _check(report, progress)
+    _check(report)
 
 
 def test_hypothesis_mutations_are_refused_cleanly_or_merged(tmp_path):
@@ -46,4 +46,4 @@ def test_hypothesis_mutations_are_refused_cleanly_or_merged(tmp_path):
     except AssertionError as e:
         raise AssertionError(f"{e}\nlast input merged: {_last_line(progress)}") from None
     assert report["runs"] >= 200, report
-    _check(report, progress)
+    _check(report)
