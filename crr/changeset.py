@@ -38,8 +38,9 @@ string; user columns have the Arrow type of their declared DuckDB type (see :dat
 dictionaries, no other extension types, no other nesting, no field metadata, no IPC buffer
 compression (crr never compresses; a compressed buffer is refused before anything is inflated, so
 decoded tables never exceed the bytes received), and no changeset larger than ``max_bytes``
-(default :data:`MAX_BYTES`). Every table is validated in full (offsets, UTF-8, lengths) before
-anything reads it. Whatever does not match is a :class:`ChangesetError` naming what is wrong and,
+(default :data:`MAX_BYTES`). Every table is validated in full (offsets, UTF-8, lengths, decimal
+precision, and values DuckDB cannot hold: timestamps before its range, times outside
+00:00:00..24:00:00) before anything reads it. Whatever does not match is a :class:`ChangesetError` naming what is wrong and,
 where there is one, the relation.
 """
 
@@ -172,6 +173,9 @@ class Changeset:
                                  "transit; fetch the changeset again")
         try:
             doc = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except Exception as e:
+            raise ChangesetError(f"malformed changeset: the body is not valid msgpack ({type(e).__name__}: {e})") from None
+        try:
             cs = _decode(doc, version)
             return cs.validate()
         except CrrError:
@@ -309,7 +313,8 @@ def _read_table(data: object, what: str) -> pa.Table:
 
 def _check_table(table: object, what: str, expected: list[tuple[str | None, Any]],
                  non_null: tuple[str, ...] = (), unique: str | None = None) -> None:
-    """Check a table's fields (name, or any name when None; type or tuple of types), then validate it fully.
+    """Check a table's fields (name, or any name when None; type or tuple of types), then validate it fully
+    (Arrow's full validation, and DuckDB's ranges of timestamps and times).
 
     A field is accepted only with one of the expected types, no field metadata, and (for a list)
     an element field without metadata; non-nullable fields must hold no NULL. Names are unique
@@ -332,12 +337,15 @@ def _check_table(table: object, what: str, expected: list[tuple[str | None, Any]
                                  f"{' with field metadata' if f.metadata else ''}, expected {want}")
         if pa.types.is_list(f.type) and f.type.value_field.metadata:
             raise ChangesetError(f"malformed changeset: {what}: {label} has metadata on its list elements")
-    try:
-        table.validate(full=True)
-    except pa.ArrowException as e:
-        raise ChangesetError(f"malformed changeset: {what}: invalid Arrow data ({e})") from None
     for i, f in enumerate(schema):
         col = table.column(i)
+        try:
+            # pyarrow's full check of time64 refuses 24:00:00, a valid DuckDB TIME: checked below
+            col.validate(full=not pa.types.is_time64(f.type))
+        except pa.ArrowException as e:
+            raise ChangesetError(f"malformed changeset: {what}: column {i} ({f.name!r}) holds invalid "
+                                 f"Arrow data ({e})") from None
+        _check_values(col, f"{what}: column {i} ({f.name!r})")
         if (not f.nullable or f.name in non_null) and col.null_count:
             raise ChangesetError(f"malformed changeset: {what}: column {f.name!r} holds NULL")
         if pa.types.is_list(f.type) and not f.type.value_field.nullable and pc.list_flatten(col).null_count:
@@ -347,6 +355,27 @@ def _check_table(table: object, what: str, expected: list[tuple[str | None, Any]
         storage = pa.chunked_array([c.storage for c in col.chunks], type=col.type.storage_type)
         if pc.count_distinct(storage).as_py() != table.num_rows:
             raise ChangesetError(f"malformed changeset: {what}: column {unique!r} holds duplicates")
+
+
+# DuckDB's TIMESTAMP range: 290309-12-22 (BC) 00:00:00 up to the largest int64 below infinity, plus
+# -infinity and infinity; values below it make DuckDB's casts fail with an internal error that
+# invalidates the whole database. TIME runs from 00:00:00 to 24:00:00 inclusive.
+_TIMESTAMP_MIN, _TIMESTAMP_NEG_INF = -9223372022400000000, -(2**63 - 1)
+_TIME_MAX = 86_400_000_000
+
+
+def _check_values(col: pa.ChunkedArray, what: str) -> None:
+    """Refuse values that are valid Arrow but not valid DuckDB values (timestamps and times)."""
+    t = col.type
+    if not (pa.types.is_timestamp(t) or pa.types.is_time64(t)) or col.null_count == len(col):
+        return
+    ints = col.cast(pa.int64())
+    if pa.types.is_time64(t):
+        low, high = pc.min_max(ints).values()
+        if low.as_py() < 0 or high.as_py() > _TIME_MAX:
+            raise ChangesetError(f"malformed changeset: {what} holds a TIME outside 00:00:00..24:00:00")
+    elif pc.any(pc.and_(pc.less(ints, _TIMESTAMP_MIN), pc.not_equal(ints, _TIMESTAMP_NEG_INF))).as_py():
+        raise ChangesetError(f"malformed changeset: {what} holds a timestamp before DuckDB's range")
 
 
 def _type_in(t: pa.DataType, allowed: tuple[Any, ...]) -> bool:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import struct
+from dataclasses import fields
+
+import duckdb
+import msgpack
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import crr
+from crr import changeset
+from crr.types import Column, tuple_id_sql
+from tests import fuzz_merge_child as fz
 from tests.conftest import app, aug
 
 
@@ -151,3 +161,229 @@ def test_tuple_with_several_new_derivations_appears_once():
     viewer.merge(base.changes(relations=["r"]))  # then three derivations of q's <7> at once
     assert viewer.execute("SELECT * FROM q") == [(7,)]
     assert viewer.execute("SELECT * FROM pb") == [(7,)]
+
+
+# -- crafted changesets: a peer that holds the secret but lies (checksums recomputed) ----------------
+
+def _body(cs_bytes: bytes) -> dict:
+    return msgpack.unpackb(cs_bytes[fz.HEADER:], raw=False)
+
+
+def _rel(doc: dict, name: str) -> dict:
+    return next(r for r in doc["relations"] if r["name"] == name)
+
+
+def _forge(doc: dict, version: int | None = None) -> bytes:
+    """Bytes of a body with a correct checksum, as a lying peer would send them."""
+    return fz.frame(msgpack.packb(doc, use_bin_type=True), version)
+
+
+@pytest.fixture(scope="module")
+def seeds() -> list[bytes]:
+    """Real changesets of a site with every supported type, a keyed table, a remote table and views."""
+    return fz.build_seeds()
+
+
+def test_malformed_arrow_offsets_are_refused_not_a_segfault(seeds, tmp_path):
+    """String, blob and list offsets past their buffers (valid checksum) used to segfault Site.merge."""
+    cases = []
+    doc = _body(seeds[0])
+    for holder, key, column in [(_rel(doc, "t"), "tuples", 2), (_rel(doc, "t"), "tuples", 3),
+                                (_rel(doc, "w"), "tuples", 1), (_rel(doc, "w"), "monos", 1), (doc, "cl", 1)]:
+        forged = _body(seeds[0])
+        target = forged if holder is doc else _rel(forged, holder["name"])
+        target[key] = fz.offsets_past_buffer(holder[key], column)
+        path = tmp_path / f"case{len(cases)}.bin"
+        path.write_bytes(_forge(forged))
+        cases.append(str(path))
+    results = fz.run_child("merge", *cases)  # a segfault fails here with the child's exit status
+    for result, where in zip(results, ['relation "t": tuples', 'relation "t": tuples', 'relation "w": tuples',
+                                       'relation "w": monomials', "causal lengths"]):
+        assert result["outcome"] == "refused", result
+        assert where in result["error"] and "offset" in result["error"].lower(), result
+        assert result["unchanged"]
+
+
+def test_zstd_bomb_is_refused_before_it_inflates():
+    """A ~130 KB changeset whose zstd Arrow buffer inflates to 4 GiB, merged with the address space
+    capped 512 MiB above the child's size: refused for its compression, with no memory growth."""
+    report = fz.run_child("bomb", str(512 << 20))
+    assert report["bytes"] < 200_000
+    for call in ("from_bytes", "merge"):
+        assert report[call].startswith("crr.errors.ChangesetError") and "compressed" in report[call], report
+    assert report["rss_growth"] < 64 << 20, report
+
+
+def test_compressed_arrow_is_refused(seeds):
+    doc = _body(seeds[0])
+    _rel(doc, "p")["tuples"] = fz.write_ipc(fz.read_ipc(_rel(doc, "p")["tuples"]), compression="lz4")
+    with pytest.raises(crr.ChangesetError, match='relation "p": tuples: compressed Arrow'):
+        crr.Changeset.from_bytes(_forge(doc))
+
+
+def test_size_limit_is_configurable(seeds, monkeypatch):
+    data = seeds[0]
+    assert len(crr.Changeset.from_bytes(data, max_bytes=len(data)).relations) == 6
+    with pytest.raises(crr.ChangesetError, match=f"larger than the limit of {len(data) - 1} bytes"):
+        crr.Changeset.from_bytes(data, max_bytes=len(data) - 1)
+    monkeypatch.setattr(changeset, "MAX_BYTES", 1000)
+    with pytest.raises(crr.ChangesetError, match="limit of 1000 bytes"):
+        crr.Site().merge(data)
+
+
+@pytest.mark.parametrize("version, text", [(1, "older crr .* upgrade the older site"), (3, "newer crr .* upgrade this site")])
+def test_other_format_versions_are_refused_with_what_to_upgrade(seeds, version, text):
+    with pytest.raises(crr.ChangesetError, match=text):
+        crr.Changeset.from_bytes(_forge(_body(seeds[0]), version))
+
+
+def test_not_null_travels_in_the_body():
+    a, _ = _pair()
+    cs = a.changes(relations=["t"])
+    assert cs.version == 2 and changeset.FORMAT_VERSION == 2
+    cs.relations[0].not_null = ["v"]
+    data = cs.to_bytes()
+    assert _body(data)["relations"][0]["not_null"] == ["v"]
+    assert crr.Changeset.from_bytes(data).relations[0].not_null == ["v"]
+    assert [f.name for f in fields(changeset.RelationChanges)][-2:] == ["monos", "not_null"]
+
+
+def test_any_user_column_names_are_accepted(seeds):
+    names = ["id", "vid", "a b", 'q"uote', "it's", "x.y", "a;b", "Mixed Case", "é", "🎉", "seq", "c0", "kh"]
+    doc = _body(seeds[0])
+    cols = _rel(doc, "t")["columns"]
+    for col, name in zip(cols, names):
+        col[0] = name
+    cs = crr.Changeset.from_bytes(_forge(doc))
+    assert [n for n, _ in cs.relation("t").columns][:len(names)] == names
+
+
+def _junk_utf8(stream: bytes, column: int) -> bytes:
+    """The first byte of a string column's data replaced by 0xff (invalid UTF-8)."""
+    data = bytearray(stream)
+    schema = fz.read_ipc(stream).schema
+    kinds = [(i, k) for i, f in enumerate(schema) for k in fz.buffer_kinds(f.type)]
+    batch = next(m for m in fz.ipc_messages(data) if m["kind"] == 3)
+    data[batch["body"] + struct.unpack_from("<q", data, batch["buffers"][kinds.index((column, "data"))])[0]] = 0xFF
+    return bytes(data)
+
+
+def _mutate(**edits):
+    """A body edit: top-level keys, or ``rel__key`` for relation fields, set to the given values or
+    transformed by the given callables."""
+    def edit(doc: dict) -> None:
+        for path, value in edits.items():
+            holder, key = (_rel(doc, path.split("__")[0]), path.split("__")[1]) if "__" in path else (doc, path)
+            holder[key] = value(holder[key]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_mutate(cl=lambda s: _junk_utf8(s, 1)), "causal lengths: column 1 .* invalid Arrow data .*UTF8"),   # was UnicodeDecodeError
+    (_mutate(cursor=2**64 - 1), "cursor .* out of range"),                       # was ConversionException (track)
+    (_mutate(since=-5), "since -5 is out of range"),                              # was accepted
+    (lambda d: d["relations"].append(dict(_rel(d, "t"))), 'relation "t" appears twice'),  # was accepted
+    (_mutate(p__key="pk"), 'relation "p": key should be a list'),               # was a misleading schema mismatch
+    (_mutate(t__tuples=lambda s: fz.write_ipc(
+        (t := fz.read_ipc(s)).set_column(1, "k", pc.dictionary_encode(t.column(1))))),
+     'relation "t": tuples: dictionary-encoded Arrow is not accepted'),                           # was accepted
+    (_mutate(w__monos=None), 'relation "w" is a derived relation without monomials'),
+    (lambda d: _rel(d, "t").update(monos=_rel(d, "w")["monos"]), 'relation "t" is a base .* monomials'),
+    (_mutate(t__lineage=["t", "p"]), 'relation "t" is a base relation, its lineage must be itself'),
+    (_mutate(t__not_null=["nope"]), "not_null names 'nope', which is not a column"),
+    (_mutate(t__columns=lambda c: c + [["k", "INTEGER"]]), "column 'k' appears twice"),
+    (_mutate(t__columns=lambda c: [[n, "INTERVAL" if n == "k" else t] for n, t in c]), "'INTERVAL'.* does not replicate"),
+    (_mutate(t__name=""), "relation 0 name should be a non-empty str"),
+    (_mutate(t__kind="view"), "kind 'view' is neither"),
+    (_mutate(extra=1), "has unknown keys 'extra'"),
+    (lambda d: d.pop("cl"), "lacks cl"),
+    (_mutate(t__fingerprint=b"\xff"), "fingerprint should be str, got bytes"),
+    (_mutate(p__lineage=["p", "p"]), "lineage 'p' appears twice"),
+    (_mutate(cl=lambda s: fz.write_ipc(fz.read_ipc(s).rename_columns(["id", "rel", "cl", "kh", "stmp"]))),
+     "causal lengths: column 4 is named 'stmp'"),
+    (_mutate(t__tuples=lambda s: fz.write_ipc(fz.read_ipc(s).rename_columns(
+        ["vid"] + fz.read_ipc(s).column_names[1:]))), "column 0 is named 'vid', expected 'id'"),
+])
+def test_mutated_bodies_are_changeset_errors_that_say_what_is_wrong(seeds, edit, message):
+    doc = _body(seeds[0])
+    edit(doc)
+    data = _forge(doc)
+    with pytest.raises(crr.ChangesetError, match=message):
+        crr.Changeset.from_bytes(data)
+    site = fz.target()
+    state = _snapshot(site)
+    for track in (False, True):
+        with pytest.raises(crr.ChangesetError, match=message):
+            site.merge(data, track=track)
+    assert _snapshot(site) == state
+
+
+def test_causal_lengths_outside_the_lineage_are_refused(seeds):
+    doc = _body(seeds[0])
+    doc["relations"] = [r for r in doc["relations"] if "r" not in r["lineage"]]  # cl still holds r's entries
+    with pytest.raises(crr.ChangesetError, match='causal lengths of "r", which is in the lineage of no relation'):
+        crr.Changeset.from_bytes(_forge(doc))
+
+
+def test_validate_checks_changesets_built_in_python():
+    a, _ = _pair()
+    cs = a.changes(relations=["t"])
+    assert cs.validate() is cs
+    cs.relations[0].tuples = cs.relations[0].tuples.set_column(
+        1, "k", cs.relations[0].tuples.column(1).cast("int64"))
+    with pytest.raises(crr.ChangesetError, match='relation "t": tuples: column 1 .* int64, expected int32'):
+        cs.validate()
+
+
+def _with_true_ids(table: pa.Table, relation: str, columns: list) -> pa.Table:
+    """A base tuples table with its ids recomputed from its values, as a lying peer can do."""
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    con.register("forged", table)
+    cols = [Column(n, t) for n, (_, t) in zip(table.column_names[1:], columns)]
+    ids = con.sql(f"SELECT {tuple_id_sql(relation, cols)} AS id FROM forged").to_arrow_table().column(0)
+    return table.set_column(0, table.field(0), ids)
+
+
+@pytest.mark.parametrize("column, value", [(7, -2**63), (7, -9223372022400000001), (8, -2**63), (8, -2**63 + 2)])
+def test_timestamps_duckdb_cannot_hold_are_refused(seeds, column, value):
+    """Valid Arrow, but before DuckDB's TIMESTAMP range: casting one used to raise an internal error
+    that invalidates the whole database (TIMESTAMP), or a raw ConversionException (TIMESTAMPTZ)."""
+    doc = _body(seeds[0])
+    t = _rel(doc, "t")
+    table = fz.read_ipc(t["tuples"])
+    col = table.column(column)
+    ints = col.cast(pa.int64()).to_pylist()
+    ints[0] = value
+    table = table.set_column(column, table.field(column), pa.array(ints, pa.int64()).cast(col.type))
+    forged = _with_true_ids(table, "t", t["columns"])
+    t["tuples"] = fz.write_ipc(forged)
+    # the causal length of the row follows its new id, so the forged row would be visible
+    old_id, new_id = table.column(0).chunk(0).storage[0], forged.column(0).chunk(0).storage[0]
+    cl = fz.read_ipc(doc["cl"])
+    ids = pa.array([new_id.as_py() if x == old_id.as_py() else x for x in
+                    cl.column(0).combine_chunks().storage.to_pylist()], pa.binary(16))
+    doc["cl"] = fz.write_ipc(cl.set_column(0, cl.field(0), pa.ExtensionArray.from_storage(cl.field(0).type, ids)))
+    site = fz.target()
+    state = _snapshot(site)
+    with pytest.raises(crr.ChangesetError, match=r"relation \"t\": tuples: column .* timestamp before DuckDB's range"):
+        site.merge(_forge(doc))
+    assert _snapshot(site) == state
+    site.merge(seeds[0])  # the site still works
+    assert len(site.execute("SELECT ts::VARCHAR, tz::VARCHAR FROM t")) == 5
+
+
+def test_edge_values_duckdb_holds_are_accepted():
+    """TIME 24:00:00 (which pyarrow's full validation calls out of range), the ends of DuckDB's DATE
+    and TIMESTAMP ranges and the infinities travel."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE e (n INTEGER, t TIME, ts TIMESTAMP, tz TIMESTAMPTZ, d DATE)")
+    a.execute("INSERT INTO e VALUES (1, TIME '24:00:00', TIMESTAMP '290309-12-22 (BC) 00:00:00', "
+              "TIMESTAMPTZ '294247-01-10 04:00:54.775806+00', DATE '5877642-06-25 (BC)'), "
+              "(2, TIME '00:00:00', TIMESTAMP 'infinity', TIMESTAMPTZ '-infinity', DATE 'infinity'), "
+              "(3, NULL, TIMESTAMP '-infinity', NULL, DATE '5881580-07-10')")
+    b.merge(a.changes().to_bytes())
+    query = "SELECT n, t::VARCHAR, ts::VARCHAR, tz::VARCHAR, d::VARCHAR FROM e ORDER BY n"
+    assert b.execute(query) == a.execute(query)
+    assert b.execute(query)[0][1] == "24:00:00"
