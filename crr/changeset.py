@@ -252,7 +252,7 @@ def _validate_relation(rc: RelationChanges) -> None:
     idcol = "id" if kind == "base" else "vid"
     expected: list[tuple[str | None, Any]] = [(idcol, UHUGEINT)]
     for i, t in enumerate(types):
-        expected.append((None, _column_types(t, f"{where}: column {i} ({quote_ident(names[i])})")))
+        expected.append((f"c{i}", _column_types(t, f"{where}: column {i} ({quote_ident(names[i])})")))
     _check_table(rc.tuples, f"{where}: tuples", expected, non_null=(idcol,), unique=idcol)
     if kind == "base":
         if rc.monos is not None:
@@ -345,7 +345,7 @@ def _check_table(table: object, what: str, expected: list[tuple[str | None, Any]
         except pa.ArrowException as e:
             raise ChangesetError(f"malformed changeset: {what}: column {i} ({f.name!r}) holds invalid "
                                  f"Arrow data ({e})") from None
-        _check_values(col, f"{what}: column {i} ({f.name!r})")
+        check_duckdb_values(col, f"{what}: column {i} ({f.name!r})")
         if (not f.nullable or f.name in non_null) and col.null_count:
             raise ChangesetError(f"malformed changeset: {what}: column {f.name!r} holds NULL")
         if pa.types.is_list(f.type) and not f.type.value_field.nullable and pc.list_flatten(col).null_count:
@@ -364,7 +364,7 @@ _TIMESTAMP_MIN, _TIMESTAMP_NEG_INF = -9223372022400000000, -(2**63 - 1)
 _TIME_MAX = 86_400_000_000
 
 
-def _check_values(col: pa.ChunkedArray, what: str) -> None:
+def check_duckdb_values(col: pa.ChunkedArray, what: str) -> None:
     """Refuse values that are valid Arrow but not valid DuckDB values (timestamps and times)."""
     t = col.type
     if not (pa.types.is_timestamp(t) or pa.types.is_time64(t)) or col.null_count == len(col):

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from crr.catalog import (CATALOG_DDL, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
-from crr.changeset import Changeset, RelationChanges
+from crr.changeset import Changeset, RelationChanges, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
@@ -532,6 +532,12 @@ class Site:
             pick = {n: i for i, n in enumerate(names)}
         else:
             raise SqlError(f"insert_many into {rel.name}: got columns {data.column_names}, expected {names}")
+        for name, col in zip(data.column_names, data.columns):
+            try:  # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
+                check_duckdb_values(col, f"column {name}")
+            except ChangesetError as e:
+                raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).split(': ', 1)[1]}; "
+                                        "nothing was written") from None
         data = data.rename_columns([f"g{i}" for i in range(len(given))])
         casts = ", ".join(f"CAST(g{pick[c.name]} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
         with self._transaction():
@@ -623,9 +629,8 @@ class Site:
         in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped.
         """
         self._check_open()
-        cs = changeset if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
-        if not isinstance(cs, Changeset):
-            raise ChangesetError(f"merge takes a Changeset or bytes, not {type(changeset).__name__}")
+        # bytes are validated as they are decoded; an object built in Python is validated here
+        cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
         held, ignored = [], []
         for rc in cs.relations:
             rel = self._rels.get(rc.name)
@@ -701,10 +706,13 @@ class Site:
         finally:
             big = len(cs) > 10_000  # a small batch's input tables are replaced by the next merge
             for name in registered:
-                if name.endswith("_arrow"):
-                    con.unregister(name)
-                elif big:
-                    con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
+                try:
+                    if name.endswith("_arrow"):
+                        con.unregister(name)
+                    elif big:
+                        con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
+                except duckdb.Error:
+                    pass  # cleanup only: it must not hide the error that ended the merge
         return MergeResult(result, ignored)
 
     def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> bool:

@@ -64,10 +64,17 @@ def test_forged_key_hash_of_a_known_id_is_refused():
     with pytest.raises(crr.ChangesetError, match="disagree about a tuple's relation or key hash"):
         b.merge(cs)
     assert state(b) == before
-    cs.cl = edit(cs.cl, "SELECT id, 'u' AS rel, cl, kh - 1 AS kh, stamp FROM x")
-    b.execute("CREATE REPLICATED TABLE u (k INT PRIMARY KEY, v VARCHAR)")
+    # the same entries relabelled as another relation the changeset carries
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE u (k INT PRIMARY KEY, v VARCHAR)")
+    a.execute("INSERT INTO u VALUES (9, 'u')")
+    cs = a.changes()
+    cs.relations[0].tuples = cs.relations[0].tuples.slice(0, 0)
+    cs.cl = edit(cs.cl, "SELECT id, 'u' AS rel, cl + 2 AS cl, kh, stamp FROM x WHERE rel = 't'")
+    before = state(b)
     with pytest.raises(crr.ChangesetError, match="relation or key hash"):
         b.merge(cs)
+    assert state(b) == before
 
 
 def test_keyed_entries_without_key_hash_are_refused():
@@ -187,3 +194,20 @@ def test_refused_merge_leaves_lineage_as_it_was():
     v.execute("CREATE MATERIALIZED VIEW j AS SELECT x.x FROM r x JOIN r y ON x.x = y.x")
     v.merge(a.changes())
     assert app(v, "j") == [(1,)] and app(v, "p") == [(1,)]
+
+
+def test_insert_many_refuses_timestamps_duckdb_cannot_hold():
+    s = crr.Site()
+    s.execute("CREATE REPLICATED TABLE e (ts TIMESTAMP)")
+    bad = pa.table({"ts": pa.array([-2**63 + 5], pa.int64()).cast(pa.timestamp("us"))})
+    with pytest.raises(crr.TypeMismatchError, match="timestamp before DuckDB's range"):
+        s.insert_many("e", bad)
+    assert s.execute("SELECT ts::VARCHAR FROM e") == []  # the database is still usable
+
+
+def test_a_changeset_object_is_validated_like_bytes():
+    a, b = keyed_pair()
+    cs = a.changes()
+    cs.relations[0].tuples = cs.relations[0].tuples.rename_columns(["id", "k", "v"])
+    with pytest.raises(crr.ChangesetError, match="c0"):
+        b.merge(cs)
