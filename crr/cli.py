@@ -56,7 +56,7 @@ def one_line(message: str) -> str:
     return " ".join(kept) or message.strip()
 
 
-def _describe_os_error(e: OSError) -> str:
+def describe_os_error(e: OSError) -> str:
     """One line for an OSError: its reason and the file it concerns, without Python's repr noise."""
     reason = e.strerror or str(e) or type(e).__name__
     names = [n for n in (e.filename, e.filename2) if n is not None]
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     except OSError as e:  # a file or socket operation crr did not foresee: say which, without a traceback
-        error(_describe_os_error(e))
+        error(describe_os_error(e))
         return EXIT_FAILURE
     except KeyboardInterrupt:
         error("interrupted")

@@ -19,10 +19,13 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crr.cli import UsageError, one_line
+from crr.cli import UsageError, describe_os_error, one_line
 from crr.errors import CrrError, SiteError
+
+if TYPE_CHECKING:
+    from crr.site import Site
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 NEW_SECRET = "python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE"
@@ -169,6 +172,8 @@ def check_socket_path(db: str, fix: str = "move the site file to a shorter path"
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise UsageError(f"the control socket {path} would be longer than the {MAX_SOCKET_PATH} bytes a Unix "
                          f"socket path may have; {fix}")
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a folder, where crr serve puts its control socket; remove or rename it")
 
 
 def site_state(db: str) -> str:
@@ -183,7 +188,7 @@ def site_state(db: str) -> str:
     try:
         con = duckdb.connect(db, read_only=True)
     except duckdb.Error as e:
-        raise SiteError(f"cannot open site database {db}: {str(e).strip()}") from None
+        raise _explained(db, SiteError(f"cannot open site database {db}: {str(e).strip()}")) from None
     try:
         found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = 'meta'",
                             [SCHEMA]).fetchone()[0]
@@ -204,18 +209,23 @@ def require_site(db: str, create: bool, how: str = "give --create") -> None:
         raise UsageError(f"{db} is a DuckDB database but not a crr site; {how} to turn it into one")
 
 
-def open_site(db: str, site_id: str | None = None):
+def _explained(db: str, e: SiteError) -> SiteError:
+    """``e``, or a clearer error if it is DuckDB's refusal of a file another process holds."""
+    from sync.control import server_running
+    if "lock" not in str(e).lower():
+        return e
+    held = "crr serve is running for it" if server_running(db) else "another process holds it open"
+    return SiteError(f"cannot open {db}: {held}; stop that process, or reach a running crr serve with "
+                     "crr sql / crr status")
+
+
+def open_site(db: str, site_id: str | None = None) -> "Site":
     """Open ``db`` as a Site; a lock held by another process is explained."""
     from crr.site import Site
-    from sync.control import server_running
     try:
         return Site(db, site_id=site_id)
     except SiteError as e:
-        if "lock" in str(e).lower():
-            held = "crr serve is running for it" if server_running(db) else "another process holds it open"
-            raise SiteError(f"cannot open {db}: {held}; stop that process, or reach a running crr serve "
-                            "with crr sql / crr status") from None
-        raise
+        raise _explained(db, e) from None
 
 
 # -- crr serve ----------------------------------------------------------------------------------------
@@ -272,8 +282,10 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             service = SyncService(site, secret, listen=args.listen, peers=args.peer, allow=allow,
                                   control_path=socket_path(args.db), pull_interval=args.pull_interval).start()
-        except OSError as e:  # the address was taken between the check and the start
-            raise CrrError(_bind_problem(*args.listen, e)) from None
+        except OSError as e:
+            if "attempting to bind" in str(e):  # the address was taken between the check and the start
+                raise CrrError(_bind_problem(*args.listen, e)) from None
+            raise CrrError(f"cannot start serving {args.db}: {describe_os_error(e)}") from None
         if args.discover:
             from sync.discovery import Discovery
             try:
@@ -320,7 +332,8 @@ class _LocalSite:
     """Opens the site file at first use; a missing file is created only by --create or crr DDL."""
 
     def __init__(self, db: str, create: bool) -> None:
-        self.db, self.create, self.site = db, create, None
+        self.db, self.create = db, create
+        self.site: Site | None = None
 
     def execute(self, sql: str) -> list:
         """Run one statement, opening (or, for crr DDL, creating) the site first."""

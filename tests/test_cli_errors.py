@@ -148,6 +148,12 @@ def test_socket_path_too_long(tmp_path: Path, secret_file: str) -> None:
     refused(crr(*args), USAGE, "control socket", "shorter path")
 
 
+def test_control_socket_path_taken_by_a_folder(tmp_path: Path, secret_file: str) -> None:
+    """A folder at <db>.sock was an IsADirectoryError traceback (after the server began listening)."""
+    (tmp_path / "a.duckdb.sock").mkdir()
+    refused(crr(*serve_args(tmp_path, secret_file)), USAGE, "a.duckdb.sock", "is a folder")
+
+
 # -- crr serve: other options ---------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", ["garbage", "s1=", "=r", "s1=r,,s"])
 def test_allow_is_validated(tmp_path: Path, secret_file: str, bad: str) -> None:
@@ -298,6 +304,23 @@ def test_sql_output_into_a_closed_pipe(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_sql_shell_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C in the crr sql shell ended in a KeyboardInterrupt traceback."""
+    proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 60)
+        assert ready and "one statement per line" in proc.stderr.readline()  # the shell is reading
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130 and "interrupted" in err
 
 
 # -- a running crr serve ---------------------------------------------------------------------------------
