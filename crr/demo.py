@@ -24,6 +24,21 @@ EDGES = [("s0", "s1", "r0"), ("s1", "s0", "r0"), ("s0", "s2", "r0"), ("s1", "s3"
 SHOW = {"s0": ["r0"], "s1": ["r0"], "s2": ["r_ab"], "s3": ["r_ab"], "s4": ["r_bc"], "s5": ["r5"]}
 
 
+def prepare_folder(folder: str, names: list[str]) -> None:
+    """Create ``folder`` if missing; refuse (UsageError) a path that cannot be a folder or that holds ``names``."""
+    from crr.cli import UsageError
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"--dir {folder} is a file, not a folder; give a new or empty folder")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --dir {folder}: {e.strerror or e}; give a folder that can be created") from None
+    left = [n for n in names if os.path.exists(os.path.join(folder, n))]
+    if left:
+        raise UsageError(f"--dir {folder} already holds {', '.join(left)} (from an earlier run?); "
+                         "give a new or empty folder, or remove them")
+
+
 def build(folder: str) -> dict[str, Site]:
     """Create the six sites of Figure 1 as DuckDB files in ``folder``."""
     sites = {f"s{i}": Site(os.path.join(folder, f"s{i}.duckdb"), site_id=f"s{i}") for i in range(6)}
@@ -78,7 +93,7 @@ def run(folder: str | None = None, say: Callable[[str], None] = print) -> dict[s
     """Replay the scenario; returns the final contents of each site's shown relation."""
     with tempfile.TemporaryDirectory(prefix="crr-demo-") as tmp:
         folder = folder or tmp
-        os.makedirs(folder, exist_ok=True)
+        prepare_folder(folder, [f"s{i}.duckdb" for i in range(6)])
         sites = build(folder)
         net = Network(sites, say)
         try:

@@ -1,54 +1,124 @@
-"""``crr serve``, ``crr sql`` and ``crr status``."""
+"""``crr serve``, ``crr sql`` and ``crr status``.
+
+Arguments are checked before anything is opened: a bad ``--listen``, ``--peer``, ``--allow``,
+``--pull-interval`` or ``--log-level`` is refused by the parser; a missing or unreadable
+``--secret-file``, a ``--db`` in a folder that does not exist, and a ``--db`` that is no crr site (for
+``crr sql`` and ``crr status``) are refused with :class:`crr.cli.UsageError` before any file is created.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import math
+import os
+import re
 import signal
+import socket
 import sys
 import threading
+from typing import TYPE_CHECKING, Any
 
-from crr.errors import CrrError
+from crr.cli import UsageError, describe_os_error, one_line
+from crr.errors import CrrError, SiteError
+
+if TYPE_CHECKING:
+    from crr.site import Site
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+NEW_SECRET = "python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE"
+# the longest Unix socket path the kernel accepts (sun_path is 108 bytes on Linux, 104 on macOS/BSD)
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
+# crr DDL: the statements that may create a site file through ``crr sql``
+_CRR_DDL = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view)\b",
+                      re.I)
 
 
-def _hostport(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+# -- argument types (argparse turns ArgumentTypeError into "crr serve: error: argument --x: ...") --------
+def _hostport(text: str, lowest: int) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # [::1]:7700
+        host = host[1:-1]
+    if not sep or not host or not port:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (e.g. 127.0.0.1:7700), got {text!r}")
+    if not port.isdigit() or not lowest <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"the port must be a number from {lowest} to 65535, got {port!r} in {text!r}")
     return host, int(port)
 
 
-def _allow(values: list[str] | None) -> dict[str, set[str]] | None:
-    if not values:
-        return None
-    rules: dict[str, set[str]] = {}
-    for v in values:
-        site, _, rels = v.partition("=")
-        rules.setdefault(site, set()).update(r.strip().lower() for r in rels.split(",") if r.strip())
-    return rules
+def listen_address(text: str) -> tuple[str, int]:
+    """``--listen HOST:PORT``; port 0 picks any free port."""
+    return _hostport(text, 0)
+
+
+def peer_address(text: str) -> tuple[str, int]:
+    """``--peer HOST:PORT`` of a peer's listening address (port 1-65535)."""
+    return _hostport(text, 1)
+
+
+def allow_rule(text: str) -> tuple[str, set[str]]:
+    """One ``--allow SITE=REL[,REL...]``: a peer site id and the relations it may write here."""
+    site, sep, rels = text.partition("=")
+    names = [r.strip().lower() for r in rels.split(",")]
+    if not sep or not site.strip() or not any(names):
+        raise argparse.ArgumentTypeError(
+            f"expected SITE=REL[,REL...] (a peer's site id, then the relations it may write here, "
+            f"e.g. s1=orders,items), got {text!r}")
+    if "" in names[:-1]:
+        raise argparse.ArgumentTypeError(f"empty relation name in {text!r}; expected SITE=REL[,REL...]")
+    return site.strip(), {n for n in names if n}
+
+
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def site_id_arg(text: str) -> str:
+    """A site id: not empty, no surrounding or inner whitespace."""
+    if not text.strip() or text.strip() != text or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"a site id must be a non-empty word without spaces, got {text!r}")
+    return text
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the sync commands."""
     p = sub.add_parser("serve", help="run a site as a long-lived process that syncs with its peers")
-    p.add_argument("--db", required=True, help="the site's DuckDB file")
-    p.add_argument("--listen", type=_hostport, default=("127.0.0.1", 0), help="HOST:PORT to accept peers on")
-    p.add_argument("--peer", type=_hostport, action="append", default=[], help="a static peer HOST:PORT (repeatable)")
-    p.add_argument("--secret-file", help="file with the deployment secret (else $CRR_SECRET)")
-    p.add_argument("--site-id", help="site id when the file is new")
-    p.add_argument("--allow", action="append", metavar="SITE=REL[,REL]",
-                   help="only these peers may write these relations here (repeatable; default: every peer, every relation)")
+    p.add_argument("--db", required=True, help="the site's DuckDB file (created if missing; its folder must exist)")
+    p.add_argument("--listen", type=listen_address, default=("127.0.0.1", 0), metavar="HOST:PORT",
+                   help="address to accept peers on (default 127.0.0.1:0: loopback, any free port)")
+    p.add_argument("--peer", type=peer_address, action="append", default=[], metavar="HOST:PORT",
+                   help="a static peer's listening address (repeatable)")
+    p.add_argument("--secret-file", metavar="FILE", help="file with the deployment secret, at least 16 bytes "
+                   "(else $CRR_SECRET)")
+    p.add_argument("--site-id", type=site_id_arg, help="site id when the file is new (default: generated)")
+    p.add_argument("--allow", type=allow_rule, action="append", metavar="SITE=REL[,REL...]",
+                   help="only these peers may write these relations here (repeatable; default: every peer, "
+                        "every relation)")
     p.add_argument("--discover", action="store_true", help="find peers on the LAN with zeroconf (_crr._tcp.local.)")
-    p.add_argument("--pull-interval", type=float, default=2.0, help="seconds between periodic pulls")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--pull-interval", type=positive_seconds, default=2.0, metavar="SECONDS",
+                   help="seconds between periodic pulls (default 2)")
+    p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="default INFO")
     p = sub.add_parser("sql", help="run one statement against a site (through crr serve if it is running)")
-    p.add_argument("--db", required=True)
-    p.add_argument("--secret-file")
-    p.add_argument("statement", nargs="?", help="the statement (omit for an interactive shell)")
+    p.add_argument("--db", required=True, help="the site's DuckDB file; CREATE REPLICATED/REMOTE TABLE, CREATE "
+                   "REMOTE SOURCE and CREATE MATERIALIZED VIEW create it if missing")
+    p.add_argument("--create", action="store_true", help="create the site file if it does not exist")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="deployment secret (else $CRR_SECRET); needed only while crr serve holds the site")
+    p.add_argument("statement", nargs="?", help="the statement (omit for a shell reading one statement per line)")
     p = sub.add_parser("status", help="relations, views, peers, cursors and how far behind each stream is")
-    p.add_argument("--db", required=True)
-    p.add_argument("--secret-file")
+    p.add_argument("--db", required=True, help="the site's DuckDB file")
+    p.add_argument("--create", action="store_true", help="create the site file if it does not exist")
+    p.add_argument("--secret-file", metavar="FILE",
+                   help="deployment secret (else $CRR_SECRET); needed only while crr serve holds the site")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,87 +130,287 @@ def run(args: argparse.Namespace) -> int:
     return _status(args)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from crr.site import Site
+# -- checks shared by the commands --------------------------------------------------------------------
+def load_secret(path: str | None) -> bytes:
+    """The deployment secret from ``--secret-file`` (checked: exists, readable, long enough) or $CRR_SECRET."""
+    from sync.crypto import load_secret as from_file_or_env
+    if path is None:
+        return from_file_or_env(None)
+    if not os.path.exists(path):
+        raise UsageError(f"--secret-file {path} does not exist; give the file holding the deployment secret "
+                         f"(make one with: {NEW_SECRET})")
+    if os.path.isdir(path):
+        raise UsageError(f"--secret-file {path} is a folder; give the file holding the deployment secret")
+    try:
+        with open(path, "rb") as f:
+            size = len(f.read().strip())
+    except OSError as e:
+        raise UsageError(f"cannot read --secret-file {path}: {e.strerror}") from None
+    if size < 16:
+        raise UsageError(f"--secret-file {path} holds {size} bytes{' (it is empty)' if not size else ''}; the "
+                         f"deployment secret needs at least 16, the same on every peer (make one with: {NEW_SECRET})")
+    return from_file_or_env(path)
+
+
+def check_db_path(db: str) -> None:
+    """Refuse a ``--db`` that is a folder or lies in a folder that does not exist."""
+    if db == ":memory:":
+        return
+    if not db:
+        raise UsageError("--db needs the path of the site's DuckDB file")
+    if os.path.isdir(db):
+        raise UsageError(f"--db {db} is a folder; give the site's DuckDB file, e.g. {os.path.join(db, 'site.duckdb')}")
+    folder = os.path.dirname(os.path.abspath(db))
+    if not os.path.isdir(folder):
+        raise UsageError(f"the folder {os.path.dirname(db) or folder} of --db {db} does not exist; create it first")
+
+
+def check_socket_path(db: str, fix: str = "move the site file to a shorter path") -> None:
+    """Refuse a ``--db`` whose control socket path (``<db>.sock``) is too long for a Unix socket."""
     from sync.control import socket_path
-    from sync.crypto import load_secret
+    path = socket_path(db)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise UsageError(f"the control socket {path} would be longer than the {MAX_SOCKET_PATH} bytes a Unix "
+                         f"socket path may have; {fix}")
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a folder, where crr serve puts its control socket; remove or rename it")
+
+
+def site_state(db: str) -> str:
+    """``"missing"``, ``"site"`` (a crr site file) or ``"plain"`` (a DuckDB database that is no crr site)."""
+    import duckdb
+
+    from crr.catalog import SCHEMA
+    if db == ":memory:":
+        return "site"
+    if not os.path.exists(db):
+        return "missing"
+    try:
+        con = duckdb.connect(db, read_only=True)
+    except duckdb.Error as e:
+        raise _explained(db, SiteError(f"cannot open site database {db}: {str(e).strip()}")) from None
+    try:
+        found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = 'meta'",
+                            [SCHEMA]).fetchone()[0]
+    finally:
+        con.close()
+    return "site" if found else "plain"
+
+
+def require_site(db: str, create: bool, how: str = "give --create") -> None:
+    """Refuse to open ``db`` unless it is a crr site or ``create`` says to make one."""
+    check_db_path(db)
+    if create:
+        return
+    state = site_state(db)
+    if state == "missing":
+        raise UsageError(f"no site file {db}; check the path, or {how} to make a new site there")
+    if state == "plain":
+        raise UsageError(f"{db} is a DuckDB database but not a crr site; {how} to turn it into one")
+
+
+def _explained(db: str, e: SiteError) -> SiteError:
+    """``e``, or a clearer error if it is DuckDB's refusal of a file another process holds."""
+    from sync.control import server_running
+    if "lock" not in str(e).lower():
+        return e
+    held = "crr serve is running for it" if server_running(db) else "another process holds it open"
+    return SiteError(f"cannot open {db}: {held}; stop that process, or reach a running crr serve with "
+                     "crr sql / crr status")
+
+
+def open_site(db: str, site_id: str | None = None) -> "Site":
+    """Open ``db`` as a Site; a lock held by another process is explained."""
+    from crr.site import Site
+    try:
+        return Site(db, site_id=site_id)
+    except SiteError as e:
+        raise _explained(db, e) from None
+
+
+# -- crr serve ----------------------------------------------------------------------------------------
+def _bind_problem(host: str, port: int, e: OSError) -> str:
+    """What a failure to listen on ``host:port`` means, and what to do."""
+    where = f"--listen {host}:{port}"
+    if e.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {where}: the address is already in use (another crr serve?); "
+                "pick another port, or port 0 for any free one")
+    if e.errno == errno.EADDRNOTAVAIL:
+        return (f"cannot listen on {where}: {host} is not an address of this machine; use 127.0.0.1, 0.0.0.0 "
+                "or one of its own addresses")
+    if e.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges); pick a higher port"
+    return f"cannot listen on {where}: {e.strerror or e}"
+
+
+def check_listen(host: str, port: int) -> None:
+    """Bind (and release) every address ``host:port`` resolves to, as the server will, to refuse early."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):  # socket.gaierror, or a name IDNA cannot encode
+        raise CrrError(f"cannot listen on --listen {host}:{port}: unknown host {host!r}; give an IP address or "
+                       "a name of this machine") from None
+    for family, kind, proto, _, addr in infos:
+        s = socket.socket(family, kind, proto)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind(addr)
+        except OSError as e:
+            raise CrrError(_bind_problem(host, port, e)) from None
+        finally:
+            s.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sync.control import socket_path
     from sync.service import SyncService
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     secret = load_secret(args.secret_file)
-    site = Site(args.db, site_id=args.site_id)
-    service = SyncService(site, secret, listen=args.listen, peers=args.peer, allow=_allow(args.allow),
-                          control_path=socket_path(args.db), pull_interval=args.pull_interval).start()
-    discovery = None
-    if args.discover:
-        from sync.discovery import Discovery
-        discovery = Discovery(site.site_id, service.address, service.add_peer).start()
-    host, port = service.address
-    print(f"serving site {site.site_id} on {host}:{port}", flush=True)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    done.wait()
-    if discovery:
-        discovery.stop()
-    service.stop()
-    site.close()
+    check_db_path(args.db)
+    check_socket_path(args.db)
+    check_listen(*args.listen)
+    allow: dict[str, set[str]] | None = None
+    for site_id, rels in args.allow or []:
+        allow = allow or {}
+        allow.setdefault(site_id, set()).update(rels)
+    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    site = open_site(args.db, site_id=args.site_id)
+    service = discovery = None
+    try:
+        try:
+            service = SyncService(site, secret, listen=args.listen, peers=args.peer, allow=allow,
+                                  control_path=socket_path(args.db), pull_interval=args.pull_interval).start()
+        except OSError as e:
+            if "attempting to bind" in str(e):  # the address was taken between the check and the start
+                raise CrrError(_bind_problem(*args.listen, e)) from None
+            raise CrrError(f"cannot start serving {args.db}: {describe_os_error(e)}") from None
+        if args.discover:
+            from sync.discovery import Discovery
+            try:
+                discovery = Discovery(site.site_id, service.address, service.add_peer).start()
+            except OSError as e:
+                raise CrrError(f"cannot start LAN discovery (--discover): {e.strerror or e}; "
+                               "give peers with --peer instead") from None
+        host, port = service.address
+        print(f"serving site {site.site_id} on {host}:{port}", flush=True)
+        done = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: done.set())
+        done.wait()
+    finally:
+        if discovery:
+            discovery.stop()
+        if service:
+            service.stop()
+        site.close()
     return 0
 
 
-def _secret(args: argparse.Namespace) -> bytes:
-    from sync.crypto import load_secret
-    return load_secret(args.secret_file)
+# -- crr sql and crr status ---------------------------------------------------------------------------
+def _request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
+    """One control request to the crr serve holding ``db``; a refused secret is explained."""
+    from sync.control import request
+    from sync.crypto import AuthError
+    try:
+        return request(db, secret, message)
+    except AuthError as e:
+        raise AuthError(f"the crr serve holding {db} refused the control connection ({e}); give the "
+                        "--secret-file (or CRR_SECRET) that it runs with") from None
+    except (ConnectionError, FileNotFoundError) as e:
+        raise CrrError(f"lost the connection to the crr serve holding {db} ({e.strerror or e}); "
+                       "is it still running?") from None
 
 
-def _print_rows(rows: list) -> None:
-    for row in rows:
+def _print_rows(rows: list | None) -> None:
+    for row in rows or []:
         print("\t".join("NULL" if v is None else str(v) for v in row))
 
 
+class _LocalSite:
+    """Opens the site file at first use; a missing file is created only by --create or crr DDL."""
+
+    def __init__(self, db: str, create: bool) -> None:
+        self.db, self.create = db, create
+        self.site: Site | None = None
+
+    def execute(self, sql: str) -> list:
+        """Run one statement, opening (or, for crr DDL, creating) the site first."""
+        created = False
+        if self.site is None:
+            ddl = bool(_CRR_DDL.match(sql))
+            require_site(self.db, self.create or ddl,
+                         how="give --create (or start with CREATE REPLICATED TABLE ...)")
+            created = self.db != ":memory:" and not os.path.exists(self.db)
+            self.site = open_site(self.db)
+        try:
+            return self.site.execute(sql)
+        except BaseException:
+            if created and not self.create:  # a failed CREATE leaves no new site file behind
+                self.close()
+                for path in (self.db, self.db + ".wal"):
+                    if os.path.exists(path):
+                        os.unlink(path)
+            raise
+
+    def close(self) -> None:
+        """Close the site if it was opened."""
+        if self.site is not None:
+            self.site.close()
+            self.site = None
+
+
 def _sql(args: argparse.Namespace) -> int:
-    from sync.control import request, server_running
-    statements = [args.statement] if args.statement else None
+    from sync.control import server_running
+    if args.statement is not None and not args.statement.strip():
+        raise UsageError("the statement is empty; give one SQL statement, or none for a shell")
+    secret = load_secret(args.secret_file) if args.secret_file else None
     remote = server_running(args.db)
-    site = None
-    if not remote:
-        from crr.site import Site
-        site = Site(args.db)
-    secret = _secret(args) if remote else b""
+    if remote:
+        secret = secret if secret is not None else load_secret(None)
+    else:
+        check_db_path(args.db)
+    local = _LocalSite(args.db, args.create)
 
     def one(sql: str) -> None:
         if remote:
-            _print_rows(request(args.db, secret, {"t": "sql", "sql": sql})["rows"])
+            _print_rows(_request(args.db, secret, {"t": "sql", "sql": sql})["rows"])
         else:
-            _print_rows(site.execute(sql))
+            _print_rows(local.execute(sql))
 
     try:
-        if statements:
-            for s in statements:
-                one(s)
+        if args.statement is not None:
+            one(args.statement)
             return 0
         print("crr sql: one statement per line; an empty line or Ctrl-D ends", file=sys.stderr)
+        failed = False
         for line in sys.stdin:
             if not line.strip():
                 break
             try:
                 one(line.strip())
             except CrrError as e:
-                print(f"error: {e}", file=sys.stderr)
-        return 0
+                failed = True
+                print(f"error: {one_line(str(e))}", file=sys.stderr)
+        return 1 if failed else 0
     finally:
-        if site is not None:
-            site.close()
+        local.close()
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sync.control import request, server_running
+    from sync.control import server_running
+    secret = load_secret(args.secret_file) if args.secret_file else None
+    status: dict[str, Any]
     if server_running(args.db):
-        status = request(args.db, _secret(args), {"t": "status"})["status"]
+        status = _request(args.db, secret if secret is not None else load_secret(None), {"t": "status"})["status"]
     else:
-        from crr.site import Site
-        with Site(args.db) as site:
+        require_site(args.db, args.create)
+        site = open_site(args.db)
+        try:
             status = {"site": site.site_id, "cursor": site.cursor, "relations": site.relations(),
                       "peers": [], "serving": False, "cursors": [list(map(str, c)) for c in site.peer_cursors()]}
+        finally:
+            site.close()
     print(json.dumps(status, indent=2, default=str))
     return 0

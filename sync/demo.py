@@ -15,8 +15,10 @@ import tempfile
 import time
 from typing import Callable
 
-from crr.demo import R0, SHOW
+from crr.demo import R0, SHOW, prepare_folder
+from crr.errors import CrrError
 from crr.site import Site
+from sync.commands import check_socket_path
 from sync.control import request
 from sync.faults import FaultProxy
 
@@ -66,7 +68,12 @@ class Cluster:
                                      "--log-level", "WARNING", *peers], stdout=subprocess.PIPE, text=True)
             line = proc.stdout.readline()
             if not line.startswith("serving"):
-                raise RuntimeError(f"{site} did not start: {line!r}")
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise CrrError(f"crr serve for {site} did not start (exit code {proc.returncode}; its error is above)")
             self.procs[site] = proc
             self.address[site] = line.split()[-1]
             self.say(f"  {site} serving on {self.address[site]} (pid {proc.pid})")
@@ -128,7 +135,10 @@ def expected(rows: list[tuple[str, str, str]]) -> dict[str, list]:
 def run(folder: str | None = None, say: Callable[[str], None] = print) -> bool:
     """Run the networked demo; returns whether every step converged."""
     with tempfile.TemporaryDirectory(prefix="crr-netdemo-") as tmp:
-        cluster = Cluster(folder or tmp, say)
+        folder = folder or tmp
+        check_socket_path(os.path.join(folder, "s0.duckdb"), fix="give a --dir with a shorter path")
+        prepare_folder(folder, [f"s{i}.duckdb" for i in range(6)] + ["secret"])
+        cluster = Cluster(folder, say)
         ok = True
         try:
             say("Starting six crr serve processes (Figure 1), every link through a proxy:")

@@ -21,7 +21,8 @@ def test_cli_reports_errors_without_traceback():
 
 
 def test_network_demo_runs_six_processes_and_converges(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "crr.cli", "demo", "--network", "--dir", str(tmp_path)],
+    folder = tmp_path / "not" / "yet"  # --dir need not exist (it was a FileNotFoundError traceback)
+    proc = subprocess.run([sys.executable, "-m", "crr.cli", "demo", "--network", "--dir", str(folder)],
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("serving on 127.0.0.1:") == 6
@@ -29,3 +30,4 @@ def test_network_demo_runs_six_processes_and_converges(tmp_path):
     final = proc.stdout.split("Step 3")[1]
     shown = final.split("converged everywhere")[1]
     assert "s5.r5    <a1, b1, c1>\n" in shown and "<a3" not in shown
+    assert len(list(folder.glob("s*.duckdb"))) == 6
