@@ -29,31 +29,52 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
 
     p = bs.add_parser("paper", help="the paper's four experiments (section 9) vs Gupta counting on DuckDB")
-    p.add_argument("--sizes", default="10000,20000,30000,40000,50000,60000,70000,80000,90000,100000")
-    p.add_argument("--batch", type=int, default=1000)
-    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--sizes", type=_int_list, default="10000,20000,30000,40000,50000,60000,70000,80000,90000,100000")
+    p.add_argument("--batch", type=_positive_int, default=1000)
+    p.add_argument("--repeat", type=_positive_int, default=10)
     common(p)
     p = bs.add_parser("writes", help="single-row INSERT/UPDATE/DELETE latency vs plain DuckDB")
-    p.add_argument("--ops", type=int, default=500)
+    p.add_argument("--ops", type=_positive_int, default=500)
     common(p)
     p = bs.add_parser("merge", help="merge throughput of 1k/10k/100k-change changesets (replica + two views)")
-    p.add_argument("--sizes", default="1000,10000,100000")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--sizes", type=_int_list, default="1000,10000,100000")
+    p.add_argument("--repeat", type=_positive_int, default=5)
     common(p)
     p = bs.add_parser("recompute", help="incremental maintenance vs full recomputation of a join view")
-    p.add_argument("--base", type=int, default=1_000_000)
-    p.add_argument("--deltas", default="1,100,1000,10000,100000")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--base", type=_positive_int, default=1_000_000)
+    p.add_argument("--deltas", type=_int_list, default="1,100,1000,10000,100000")
+    p.add_argument("--repeat", type=_positive_int, default=3)
     common(p)
     p = bs.add_parser("sync", help="write-to-peer latency, reconvergence after a partition, bytes on the wire")
-    p.add_argument("--writes", type=int, default=200)
-    p.add_argument("--partition-rows", type=int, default=10000)
+    p.add_argument("--writes", type=_positive_int, default=200)
+    p.add_argument("--partition-rows", type=_positive_int, default=10000)
     common(p)
     p = bs.add_parser("spark", help="the paper's experiments scaled up, with Gupta counting on PySpark")
-    p.add_argument("--sizes", default="1000000")
-    p.add_argument("--batch", type=int, default=100000)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--sizes", type=_int_list, default="1000000")
+    p.add_argument("--batch", type=_positive_int, default=100000)
+    p.add_argument("--repeat", type=_positive_int, default=3)
     common(p)
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _int_list(text: str) -> str:
+    """An argparse type: a comma-separated list of positive whole numbers (kept as text)."""
+    parts = [x for x in str(text).split(",") if x.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("give at least one number, e.g. 1000,10000")
+    for x in parts:
+        _positive_int(x.strip())
+    return text
 
 
 def _ints(text: str) -> list[int]:

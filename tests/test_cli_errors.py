@@ -388,3 +388,10 @@ def test_help_texts_name_the_new_options() -> None:
     assert "--create" in crr("sql", "--help").stdout and "--create" in crr("status", "--help").stdout
     text = crr("serve", "--help").stdout
     assert "SITE=REL[,REL...]" in text and "HOST:PORT" in text and "SECONDS" in text
+
+
+@pytest.mark.parametrize("args", [["paper", "--sizes", "abc"], ["paper", "--batch", "0"], ["recompute", "--deltas", "1,x"]])
+def test_bench_arguments_are_validated(args):
+    proc = subprocess.run([sys.executable, "-m", "crr.cli", "bench", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "error: argument" in proc.stderr
