@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -286,6 +287,8 @@ class SyncService:
         self.static_peers = list(peers or [])
         self.allow = allow  # peer site id -> relations it may write here (None: any peer, any relation)
         self.control_path = control_path
+        if not (isinstance(pull_interval, (int, float)) and 0 < pull_interval < float("inf")):
+            raise CrrError(f"pull_interval must be a positive number of seconds, not {pull_interval!r}")
         self.pull_interval = pull_interval
         self.budget = MemoryBudget(max_buffered)
         self.max_frame = min(max_frame, max_buffered)  # a frame larger than the whole budget could never be read
@@ -391,6 +394,11 @@ class SyncService:
             loop.run_until_complete(self._startup())
         except BaseException as e:  # noqa: BLE001 - reported to start()
             self._error = e
+            for server in self._servers:  # a listener opened before the failure must not stay bound
+                server.close()
+            self._servers.clear()
+            loop.close()
+            self._loop = None
             self._ready.set()
             return
         self._ready.set()
@@ -405,8 +413,11 @@ class SyncService:
             log.info("site %s listening on %s:%s (key %s)", self.site.site_id, *self.address,
                      self.identity.fingerprint)
         if self.control_path:
-            if os.path.exists(self.control_path):
-                os.unlink(self.control_path)
+            if os.path.lexists(self.control_path):
+                if not stat.S_ISSOCK(os.lstat(self.control_path).st_mode):
+                    raise CrrError(f"{self.control_path} exists and is not a socket; move it away (crr uses that "
+                                   "path for its control socket)")
+                os.unlink(self.control_path)  # a stale socket of a server that did not stop cleanly
             server = await asyncio.start_unix_server(self._accept_control, self.control_path)
             os.chmod(self.control_path, 0o600)
             self._servers.append(server)

@@ -306,3 +306,15 @@ def test_not_null_only_at_the_receiver_does_not_stall_other_relations(tmp_path):
         sa.stop()
         a.close()
         b.close()
+
+
+def test_a_control_path_that_is_not_a_socket_is_left_alone(tmp_path):
+    site = crr.Site(site_id="x")
+    taken = tmp_path / "notes.txt"
+    taken.write_text("keep me")
+    with pytest.raises(crr.CrrError, match="is not a socket"):
+        SyncService(site, b"s" * 32, listen=("127.0.0.1", 0), control_path=str(taken)).start()
+    assert taken.read_text() == "keep me"
+    with pytest.raises(crr.CrrError, match="pull_interval"):
+        SyncService(site, b"s" * 32, pull_interval=-1)
+    site.close()
