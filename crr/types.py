@@ -141,7 +141,7 @@ _FIELD_SQL = {
     "decimal": "'n' || CAST({x} AS VARCHAR)",
     "float": "'f' || CASE WHEN isnan({x}) THEN 'nan' WHEN {x} = 0 THEN '0' ELSE CAST(CAST({x} AS DOUBLE) AS VARCHAR) END",
     "string": "'s' || CAST(strlen({x}) AS VARCHAR) || ':' || {x}",
-    "boolean": "CASE WHEN {x} THEN 'b1' ELSE 'b0' END",
+    "boolean": "CASE WHEN {x} THEN 'b1' WHEN NOT {x} THEN 'b0' END",
     "date": "'d' || CAST({x} AS VARCHAR)",
     "timestamp": "'t' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) ELSE CAST(epoch_us({x}) AS VARCHAR) END",
     "timestamptz": "'z' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) ELSE CAST(epoch_us({x}) AS VARCHAR) END",
@@ -295,7 +295,11 @@ def _enc_decimal(value: Any, t: str) -> str:
             raise _refuse(value, t, "not a finite number")
         _, digits, exp = value.as_tuple()
         assert isinstance(exp, int)
-        if len(digits) > 38 or -exp > 38 or len(digits) + exp > 38:
+        # DuckDB binds a Decimal as DECIMAL(w, s) with w = digits + exp (exp >= 0), else w = digits, or
+        # -exp + 1 with leading zeros after the point; wider than 38 it binds a (rounded) DOUBLE
+        n = len(digits)
+        bound_width = n + exp if exp >= 0 else (n if n >= -exp else 1 - exp)
+        if bound_width > 38:
             raise _refuse(value, t, "DuckDB binds a Decimal wider than DECIMAL(38) as a DOUBLE")
         with localcontext() as ctx:
             ctx.prec = 120
