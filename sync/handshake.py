@@ -90,15 +90,7 @@ async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
         raise ProtocolError(f"peer refused the connection: {str(hello.get('message'))[:300]}")
     theirs, peer, peer_key, peer_dh = check_hello(hello)
     h = transcript_hash((me, mine, identity.public, dh.public), (peer, theirs, peer_key, peer_dh))
-    try:
-        crypto.check_proof(crypto.proof(secret, "server", h), hello.get("proof"))
-        crypto.verify_signature(peer_key, hello.get("sig"), _signed("server", h), peer)
-        if trust is not None:
-            trust(peer, peer_key)
-        shared = dh.shared(peer_dh)
-    except crypto.AuthError as e:
-        await send_plain(writer, {"t": "error", "message": _told(e)})
-        raise
+    shared = await _authenticate(writer, secret, "server", h, hello, peer, peer_key, dh, peer_dh, trust)
     await send_plain(writer, {"t": "auth", "proof": crypto.proof(secret, "client", h),
                               "sig": identity.sign(_signed("client", h))})
     answer = await recv_plain(reader)
@@ -107,6 +99,21 @@ async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
     if answer.get("t") != "ok":
         raise ProtocolError(f"expected the handshake's ok, got {str(answer.get('t'))[:40]!r}")
     return Handshake(crypto.Channel(secret + shared, mine, theirs, h, is_client=True), peer, peer_key)
+
+
+async def _authenticate(writer: asyncio.StreamWriter, secret: bytes, role: str, h: bytes, message: dict, peer: str,
+                        peer_key: bytes, dh: crypto.KeyExchange, peer_dh: bytes, trust: TrustCheck | None) -> bytes:
+    """Check the peer's proof of the secret and its signature over the transcript (``role`` is the peer's),
+    pin its key, and return the key-exchange secret; tell the peer why before raising AuthError."""
+    try:
+        crypto.check_proof(crypto.proof(secret, role, h), message.get("proof"))
+        crypto.verify_signature(peer_key, message.get("sig"), _signed(role, h), peer)
+        if trust is not None:
+            trust(peer, peer_key)
+        return dh.shared(peer_dh)
+    except crypto.AuthError as e:
+        await send_plain(writer, {"t": "error", "message": _told(e)})
+        raise
 
 
 async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes, me: str,
@@ -127,14 +134,6 @@ async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
     auth = await recv_plain(reader)
     if auth.get("t") == "error":
         raise crypto.AuthError(f"the peer refused us: {str(auth.get('message'))[:300]}")
-    try:
-        crypto.check_proof(crypto.proof(secret, "client", h), auth.get("proof"))
-        crypto.verify_signature(peer_key, auth.get("sig"), _signed("client", h), peer)
-        if trust is not None:
-            trust(peer, peer_key)
-        shared = dh.shared(peer_dh)
-    except crypto.AuthError as e:
-        await send_plain(writer, {"t": "error", "message": _told(e)})
-        raise
+    shared = await _authenticate(writer, secret, "client", h, auth, peer, peer_key, dh, peer_dh, trust)
     await send_plain(writer, {"t": "ok"})
     return Handshake(crypto.Channel(secret + shared, theirs, mine, h, is_client=False), peer, peer_key)
