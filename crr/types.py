@@ -26,7 +26,7 @@ float        f    shortest round-trip text of the value as DOUBLE (Python ``repr
                   A FLOAT is encoded as the DOUBLE it widens to exactly (FLOAT 0.1 is
                   ``f0.10000000149011612``), so a FLOAT and a DOUBLE holding the same number agree
 string       s    ``<UTF-8 byte length>:<text>``, e.g. ``s5:héll``; any text (``|``, ``:``, NUL) is safe
-boolean      b    ``1`` or ``0``
+boolean      b    ``1`` or ``0`` (a NULL BOOLEAN is ``N`` like every NULL, never ``b0``)
 date         d    the date as DuckDB prints it: ``YYYY-MM-DD`` (year at least 4 digits), years before
                   1 AD as ``YYYY-MM-DD (BC)``, and ``infinity`` / ``-infinity``
 timestamp    t    microseconds since 1970-01-01 00:00:00, or ``infinity`` / ``-infinity``
