@@ -100,7 +100,9 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     """Check NOT NULL and key rules for the rows in ``_crr_wnew`` (one query); return the largest
     stamp this site knows for their keys (None if unkeyed or none)."""
     new = temp_table("_crr_wnew")
-    checks = [f"count(DISTINCT w.id) FILTER (WHERE w.{rel.aug_column(c)} IS NULL)" for c in rel.not_null]
+    # one flag over all NOT NULL columns (per-column counts only when it is set: a wide table has many)
+    nulls = " OR ".join(f"w.{rel.aug_column(c)} IS NULL" for c in rel.not_null)
+    checks = [f"bool_or({nulls})"] if nulls else []
     source = f"{new} w"
     freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""  # keys the statement deletes
     if rel.key:
@@ -112,14 +114,16 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     if not checks:
         return None
     found = _one(con, f"SELECT {', '.join(checks)} FROM {source}")
-    for col, n in zip(rel.not_null, found):
-        if n:
-            what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
-            raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
-                                  "nothing was written")
+    if nulls and found[0]:
+        for col in rel.not_null:
+            n = _one(con, f"SELECT count(DISTINCT id) FROM {new} WHERE {rel.aug_column(col)} IS NULL")[0]
+            if n:
+                what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
+                raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
+                                      "nothing was written")
     if not rel.key:
         return None
-    dup, clash, seen = found[len(rel.not_null):]
+    dup, clash, seen = found[1 if nulls else 0:]
     keys = ", ".join(rel.key)
     if dup:
         raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "

@@ -65,7 +65,14 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
     if source is None:
         raise UnsupportedSqlError("INSERT ... DEFAULT VALUES is not supported; list the values")
     if isinstance(source, exp.Values):
-        source = exp.select("*").from_(exp.Subquery(this=source.copy()))
+        # each cell is cast to its column's type inside the list, as DuckDB's own INSERT does, so literals
+        # of different types in one column ('infinity' beside TIMESTAMP '...') need not unify first
+        types = dict(columns)
+        values = source.copy()
+        for row in values.expressions:
+            if isinstance(row, exp.Tuple) and len(row.expressions) == len(target_cols):
+                row.set("expressions", [_cast(e, types[c]) for e, c in zip(row.expressions, target_cols)])
+        source = exp.select("*").from_(exp.Subquery(this=values))
     inner_alias = exp.TableAlias(this=_q("_crr_src"), columns=[_q(f"c{i}") for i in range(len(target_cols))])
     subquery = exp.Subquery(this=source.copy(), alias=inner_alias)
     projections = []

@@ -248,7 +248,7 @@ def test_sites_holding_different_special_values_converge_to_both() -> None:
     for i, (type_, only_a, only_b) in enumerate(CONVERGE):
         for site, values in ((a, only_a), (b, only_b)):
             site.execute(f"CREATE REPLICATED TABLE t{i} (x {type_})")
-            for v in values:  # one statement each: see the xfail test below
+            for v in values:  # one statement each (mixed literals: see test_insert_mixing_special_text_values_with_typed_literals)
                 site.execute(f"INSERT INTO t{i} VALUES ({v})")
     _exchange(a, b)
     for i, (type_, only_a, only_b) in enumerate(CONVERGE):
@@ -271,10 +271,6 @@ def test_keyed_rows_differing_only_in_an_infinity_resolve_to_one_version() -> No
     assert rows[0][0][1:] in (("-infinity", "infinity"), ("infinity", "-infinity"))
 
 
-@pytest.mark.xfail(strict=True, reason="sql/dml.py insert_rows wraps VALUES in a subquery and casts only outside "
-                   "it, so DuckDB must unify each column's literals first: ('infinity') is VARCHAR, "
-                   "(TIMESTAMP '...') TIMESTAMP -> 'Cannot combine types'. Cast each VALUES cell to its "
-                   "target column type inside the VALUES list.")
 def test_insert_mixing_special_text_values_with_typed_literals() -> None:
     """Plain DuckDB takes this INSERT (it casts each row to the column types)."""
     site = crr.Site()
