@@ -646,7 +646,7 @@ class Site:
             with self._transaction(), _changeset_errors():
                 batch = Batch()
                 lineage: set[str] = set()
-                learned = self._learn_lineage(held)
+                self._learn_lineage(held)
                 keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
                 for i, (rel, rc) in enumerate(held):
                     lineage |= set(rc.lineage)
@@ -715,7 +715,7 @@ class Site:
                     pass  # cleanup only: it must not hide the error that ended the merge
         return MergeResult(result, ignored)
 
-    def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> bool:
+    def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> None:
         """Record the base relations a changeset says remote relations derive from.
 
         The catalog is replaced by a new snapshot holding the grown lineages (the caller restores
@@ -724,12 +724,11 @@ class Site:
         grown = {rel.name: rel.lineage | set(rc.lineage) for rel, rc in held
                  if rel.kind in ("remote", "source") and not set(rc.lineage) <= rel.lineage}
         if not grown:
-            return False
+            return
         self._rels = {n: dataclasses.replace(r, lineage=grown[n]) if n in grown else r for n, r in self._rels.items()}
         for name in grown:
             self._con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
                               [relation_row(self._rels[name], 0)[6], name])
-        return True
 
     def _tuple_check(self, rel: Relation, idcol: str) -> str:
         """SQL yielding ``idcol`` of received tuples, aborting the merge (``error()``) when an id is not
