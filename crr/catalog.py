@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from crr.types import Column, quote_ident
 from sql.compile import ViewPlan
+from sql.statements import RelationKind
 
 SCHEMA = "_crr"
 STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)
@@ -48,7 +49,7 @@ class Relation:
     """A relation held at a site: a replicated table, a remote table or source, or a materialized view."""
 
     name: str
-    kind: str  # "replicated" | "remote" | "source" | "view"
+    kind: RelationKind
     columns: list[Column]
     key: list[str] = field(default_factory=list)
     not_null: list[str] = field(default_factory=list)
@@ -61,12 +62,12 @@ class Relation:
     @property
     def is_base(self) -> bool:
         """True for replicated tables, whose tuples are their own provenance."""
-        return self.kind == "replicated"
+        return self.kind is RelationKind.REPLICATED
 
     @property
     def has_app(self) -> bool:
         """Whether the relation has an APP table (everything but remote sources)."""
-        return self.kind != "source"
+        return self.kind is not RelationKind.SOURCE
 
     @property
     def column_names(self) -> list[str]:
@@ -143,7 +144,7 @@ CATALOG_DDL = [
 
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
-    return [rel.name, rel.kind, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
+    return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
             json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position,
             rel.stored]
 
@@ -151,7 +152,7 @@ def relation_row(rel: Relation, position: int) -> list:
 def relation_from_row(row: tuple) -> Relation:
     """Rebuild a relation (without its compiled plan) from a catalog row."""
     name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row
-    return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
+    return Relation(name=name, kind=RelationKind(kind), columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
                     lineage=set(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored))
 

@@ -50,6 +50,7 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import msgpack
@@ -83,12 +84,19 @@ _DECIMAL = re.compile(r"DECIMAL\((\d{1,2}),\s*(\d{1,2})\)")
 _CL_FIELDS = (("id", UHUGEINT), ("rel", pa.string()), ("cl", pa.int32()), ("kh", UHUGEINT), ("stamp", UHUGEINT))
 
 
+class ChangeKind(str, Enum):
+    """How the source holds a relation: as a replicated table (tuples are their own provenance) or derived."""
+
+    BASE = "base"  # a replicated table at the source: tuples (id, values), no monomials
+    DERIVED = "derived"  # a view, remote table or source at the source: tuples (vid, values) and monomials
+
+
 @dataclass
 class RelationChanges:
     """The changes of one relation inside a changeset."""
 
     name: str
-    kind: str  # "base" (a replicated table at the source) or "derived" (view or remote table)
+    kind: ChangeKind
     columns: list[tuple[str, str]]
     key: list[str]
     fingerprint: str
@@ -96,6 +104,10 @@ class RelationChanges:
     tuples: pa.Table  # base: (id, c0, c1, ...); derived: (vid, c0, c1, ...), user columns by position
     monos: pa.Table | None = None  # derived: (vid, ids)
     not_null: list[str] = field(default_factory=list)  # the columns the source declares NOT NULL
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kind, str) and self.kind in ("base", "derived"):
+            self.kind = ChangeKind(self.kind)  # anything else is refused by validate()
 
     @property
     def schema_text(self) -> str:
@@ -134,7 +146,7 @@ class Changeset:
             "since": self.since,
             "cursor": self.cursor,
             "relations": [{
-                "name": r.name, "kind": r.kind, "columns": [list(c) for c in r.columns], "key": list(r.key),
+                "name": r.name, "kind": getattr(r.kind, "value", r.kind), "columns": [list(c) for c in r.columns], "key": list(r.key),
                 "not_null": list(r.not_null), "fingerprint": r.fingerprint, "lineage": list(r.lineage),
                 "tuples": _ipc(r.tuples), "monos": _ipc(r.monos) if r.monos is not None else None,
             } for r in self.relations],
@@ -247,14 +259,14 @@ def _validate_relation(rc: RelationChanges) -> None:
     for x in rc.lineage:
         _name(x, f"{where}: lineage")
     _unique(rc.lineage, f"{where}: lineage")
-    if kind == "base" and list(rc.lineage) != [rc.name]:
+    if kind is ChangeKind.BASE and list(rc.lineage) != [rc.name]:
         raise ChangesetError(f"malformed changeset: {where} is a base relation, its lineage must be itself")
-    idcol = "id" if kind == "base" else "vid"
+    idcol = "id" if kind is ChangeKind.BASE else "vid"
     expected: list[tuple[str | None, Any]] = [(idcol, UHUGEINT)]
     for i, t in enumerate(types):
         expected.append((f"c{i}", _column_types(t, f"{where}: column {i} ({quote_ident(names[i])})")))
     _check_table(rc.tuples, f"{where}: tuples", expected, non_null=(idcol,), unique=idcol)
-    if kind == "base":
+    if kind is ChangeKind.BASE:
         if rc.monos is not None:
             raise ChangesetError(f"malformed changeset: {where} is a base relation but carries monomials")
     else:
@@ -569,7 +581,7 @@ def _subset(value: object, names: list[str], what: str) -> None:
     _unique(value, what, fold=False)
 
 
-def _kind(value: object, where: str) -> str:
-    if value not in ("base", "derived") or not isinstance(value, str):
+def _kind(value: object, where: str) -> ChangeKind:
+    if not isinstance(value, str) or value not in ("base", "derived"):
         raise ChangesetError(f"malformed changeset: {where}: kind {value!r} is neither 'base' nor 'derived'")
-    return value
+    return ChangeKind(value)

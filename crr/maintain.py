@@ -28,6 +28,7 @@ form. Statements touch only the rows of the batch and the rows they join with.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import duckdb
 import sqlglot
@@ -38,6 +39,14 @@ from crr.types import quote_ident, quote_str, tuple_id_sql
 from sql.compile import IDS
 
 MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
+
+
+class AppPatch(Enum):
+    """Which changes a batch's exact APP changes hold, and so the statement that applies them."""
+
+    INSERT = "insert"  # rows only appear: a plain INSERT
+    DELETE = "delete"  # rows only leave: a plain DELETE
+    MERGE = "merge"  # both: one MERGE
 
 
 @dataclass
@@ -52,8 +61,8 @@ class Batch:
     cl_unkeyed: bool | None = None  # whether some entries carry none, when known
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
-    # relation -> (SQL of exact APP changes (cols, keep), "insert" | "delete" | "merge": which kinds occur)
-    app_changes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # relation -> (SQL of exact APP changes (cols, keep), which kinds of change occur)
+    app_changes: dict[str, tuple[str, AppPatch]] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,13 +131,13 @@ def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -
     return len(actions) - deleted, deleted
 
 
-def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: str) -> tuple[int, int]:
+def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: AppPatch) -> tuple[int, int]:
     """Like :func:`patch_app` for changes known to be only insertions or only deletions (a plain
-    INSERT or DELETE is cheaper than a MERGE); ``mode`` "merge" falls back to it."""
-    if mode == "insert":
+    INSERT or DELETE is cheaper than a MERGE); ``AppPatch.MERGE`` falls back to it."""
+    if mode is AppPatch.INSERT:
         n = con.execute(f"INSERT INTO {rel.app} ({app_cols_sql(rel)}) SELECT {cols_sql(rel)} FROM ({changes_sql})").fetchall()
         return int(n[0][0]), 0
-    if mode == "delete":
+    if mode is AppPatch.DELETE:
         n = con.execute(f"DELETE FROM {rel.app} AS app USING ({changes_sql}) AS d "
                         f"WHERE {app_match(rel, 'app', 'd')}").fetchall()
         return 0, int(n[0][0])

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from crr.catalog import (CATALOG_DDL, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
-from crr.changeset import Changeset, RelationChanges, check_duckdb_values
+from crr.changeset import ChangeKind, Changeset, RelationChanges, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
@@ -23,7 +23,8 @@ from crr.types import Column, key_hash_sql, quote_ident, quote_str, tuple_id_sql
 from crr.writes import prepare_write
 from sql import dml
 from sql.compile import compile_view
-from sql.statements import CreateTable, CreateView, Dml, Drop, Other, classify, fold_identifier
+from sql.statements import (CreateTable, CreateView, Dml, DmlKind, Drop, Other, RelationKind, classify,
+                            fold_identifier)
 
 _DUCKDB_ERRORS: list[tuple[type, type]] = [
     (duckdb.ConstraintException, ConstraintError),
@@ -140,7 +141,7 @@ class Site:
         rows = con.execute(f"SELECT * FROM {SCHEMA}.relations ORDER BY position").fetchall()
         for row in rows:
             rel = relation_from_row(row)
-            if rel.kind == "view":
+            if rel.kind is RelationKind.VIEW:
                 rel.plan = self._compile(rel.name, rel.definition or "")
             self._rels[rel.name] = rel
         self._seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
@@ -176,7 +177,7 @@ class Site:
 
         def describe(sql: str):
             # remote sources have no APP table: stand in empty typed views while DuckDB types the query
-            sources = [r for r in self._rels.values() if r.kind == "source"]
+            sources = [r for r in self._rels.values() if r.kind is RelationKind.SOURCE]
             for r in sources:
                 typed = ", ".join(f"CAST(NULL AS {c.type}) AS {quote_ident(c.name)}" for c in r.columns)
                 self._con.execute(f"CREATE TEMP VIEW {quote_ident(r.name)} AS SELECT {typed} LIMIT 0")
@@ -232,7 +233,7 @@ class Site:
 
     def relations(self) -> dict[str, str]:
         """The crr relations held here: ``{name: kind}`` with kind replicated, remote, source or view."""
-        return {n: r.kind for n, r in self._rels.items()}
+        return {n: r.kind.value for n, r in self._rels.items()}
 
     def relation(self, name: str) -> Relation:
         """The catalog entry of a relation (columns, key, kind, view plan)."""
@@ -246,7 +247,7 @@ class Site:
         rel = self.relation(name)
         if rel.is_base:
             return {rel.name}
-        if rel.kind in ("remote", "source"):
+        if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE):
             return set(rel.lineage)
         assert rel.plan is not None
         out: set[str] = set()
@@ -307,7 +308,7 @@ class Site:
 
     def _other(self, stmt: Other, params) -> list[tuple]:
         for t in stmt.tables:
-            if t in self._rels and self._rels[t].kind == "source":
+            if t in self._rels and self._rels[t].kind is RelationKind.SOURCE:
                 raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
                                    "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
         if not stmt.read_only:
@@ -336,9 +337,9 @@ class Site:
             for c in columns:
                 type_family(c.type)
             rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
-                           key=stmt.key if stmt.kind == "replicated" else [],
+                           key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
                            not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
-                           stored=stmt.kind != "source")
+                           stored=stmt.kind is not RelationKind.SOURCE)
             self._add_relation(rel)
         self._rels[rel.name] = rel
         return []
@@ -372,7 +373,7 @@ class Site:
         # Monomials of a join of replicated tables have a known length; views over remote tables or
         # views start without the id index and build it when a longer monomial first arrives.
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
-        rel = Relation(name=stmt.name, kind="view", columns=columns, definition=stmt.sql, plan=plan,
+        rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1)
         to_store = self._sources_to_store(plan)
         try:
@@ -439,7 +440,8 @@ class Site:
             if stmt.if_exists:
                 return []
             raise CatalogError(f"no {self._kind_text(stmt.kind)} named {stmt.name} at this site")
-        wanted = {"table": ("replicated", "remote", "source"), "view": ("view",)}.get(stmt.plain, (stmt.kind,))
+        wanted = {"table": (RelationKind.REPLICATED, RelationKind.REMOTE, RelationKind.SOURCE),
+                  "view": (RelationKind.VIEW,)}.get(stmt.plain, (stmt.kind,))
         if rel.kind not in wanted:
             raise CatalogError(f"{stmt.name} is a {self._kind_text(rel.kind)}; "
                                f"use DROP {self._kind_text(rel.kind).upper()} {stmt.name}")
@@ -463,8 +465,8 @@ class Site:
 
     @staticmethod
     def _kind_text(kind: str | None) -> str:
-        return {"replicated": "replicated table", "remote": "remote table", "source": "remote source",
-                "view": "materialized view"}.get(
+        return {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
+                RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}.get(
             kind or "", "relation")
 
     def _writable(self, name: str) -> Relation:
@@ -474,8 +476,8 @@ class Site:
         if not rel.is_base:
             raise ReadOnlyRelationError(
                 f"{name} is a {self._kind_text(rel.kind)} and cannot be written here; "
-                + ("its contents follow its query" if rel.kind == "view" else
-                   "it only feeds this site's views" if rel.kind == "source" else
+                + ("its contents follow its query" if rel.kind is RelationKind.VIEW else
+                   "it only feeds this site's views" if rel.kind is RelationKind.SOURCE else
                    "it changes only by merging changesets from the sites that hold it"))
         return rel
 
@@ -488,10 +490,11 @@ class Site:
         columns = [(c.name, c.type) for c in rel.columns]
         rq = self._rewritten.get(id(stmt))
         if rq is None:
-            rewrite = {"insert": dml.insert_rows, "update": dml.update_rows, "delete": dml.delete_rows}[stmt.kind]
+            rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
+                       DmlKind.DELETE: dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         with self._transaction():
-            if stmt.kind == "update":  # one query yields each row's old and new values
+            if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None
                 ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
                 with _translated_errors():
@@ -499,7 +502,7 @@ class Site:
                 olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))
                 old = f"(SELECT {olds} FROM {temp_table('_crr_rows')})"
                 self._write(rel, old, temp_table("_crr_rows"))
-            elif stmt.kind == "insert":
+            elif stmt.kind is DmlKind.INSERT:
                 count = self._write(rel, None, f"({rq.new})", params)
             else:
                 count = self._write(rel, f"({rq.old})", None, params)
@@ -563,7 +566,7 @@ class Site:
     def _apply(self, batch: Batch) -> BatchResult:
         m = self._maintainer()
         try:
-            result = m.apply(batch, [n for n, r in self._rels.items() if r.kind == "view"])
+            result = m.apply(batch, [n for n, r in self._rels.items() if r.kind is RelationKind.VIEW])
         except BaseException:
             for rel in m.newly_indexed:
                 rel.indexed = False
@@ -588,9 +591,9 @@ class Site:
         self._check_open()
         since = since or 0
         names = ([fold_identifier(r) for r in relations] if relations is not None else
-                 [n for n, r in self._rels.items() if r.kind != "source"])
+                 [n for n, r in self._rels.items() if r.kind is not RelationKind.SOURCE])
         for n in names:
-            if self.relation(n).kind == "source":
+            if self.relation(n).kind is RelationKind.SOURCE:
                 raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
                                    "get its changes from the sites that hold it")
         con = self._con
@@ -612,7 +615,7 @@ class Site:
                     tuples = con.sql(f"""SELECT DISTINCT ON (vid) vid, {cols_sql(rel)} FROM {rel.aug('m')}
                                          WHERE seq > {since}""").to_arrow_table()
                 out.append(RelationChanges(
-                    name=n, kind="base" if rel.is_base else "derived",
+                    name=n, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
                     columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
                     fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
             rels = ", ".join(quote_str(r) for r in sorted(lineage)) or "NULL"
@@ -634,7 +637,7 @@ class Site:
         held, ignored = [], []
         for rc in cs.relations:
             rel = self._rels.get(rc.name)
-            if rel is None or rel.kind == "view":
+            if rel is None or rel.kind is RelationKind.VIEW:
                 ignored.append(rc.name)  # a local view is computed here from its inputs, never merged
                 continue
             self._check_schema(rel, rc)
@@ -650,11 +653,11 @@ class Site:
                 keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
                 for i, (rel, rc) in enumerate(held):
                     lineage |= set(rc.lineage)
-                    idcol = "id" if rc.kind == "base" else "vid"
+                    idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
                     check = self._tuple_check(rel, idcol)
                     as_id = "id" if rel.is_base else "vid"
                     expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
-                    if rc.kind == "base":
+                    if rc.kind is ChangeKind.BASE:
                         # base tuples are read once (by one anti-join or one delta query): straight
                         # from Arrow, checked there
                         view = self._register(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name)
@@ -722,7 +725,7 @@ class Site:
         the old one if the transaction fails), and the stored catalog is updated in the transaction.
         """
         grown = {rel.name: rel.lineage | set(rc.lineage) for rel, rc in held
-                 if rel.kind in ("remote", "source") and not set(rc.lineage) <= rel.lineage}
+                 if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
         if not grown:
             return
         self._rels = {n: dataclasses.replace(r, lineage=grown[n]) if n in grown else r for n, r in self._rels.items()}
@@ -795,7 +798,7 @@ class Site:
             raise SchemaMismatchError(
                 f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
                 f"declares {rel.schema_text()}; declare the relation with the same columns and types")
-        if rel.is_base and rc.kind != "base":
+        if rel.is_base and rc.kind is not ChangeKind.BASE:
             raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
                                       "at the source; a replicated table merges only replicas of itself")
         extra = [c for c in rel.not_null if c not in rc.not_null]
@@ -803,7 +806,7 @@ class Site:
             # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
             raise SchemaMismatchError(
                 f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
-                f"source {'does not' if rc.kind == 'base' else '(a view) cannot'} guarantee it; declare the relation "
+                f"source {'does not' if rc.kind is ChangeKind.BASE else '(a view) cannot'} guarantee it; declare the relation "
                 "here without that NOT NULL, or NOT NULL at the source too")
         if rel.is_base and list(rc.key) != list(rel.key):
             raise SchemaMismatchError(

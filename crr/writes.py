@@ -19,7 +19,7 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
-from crr.maintain import Batch, cols_sql, temp_table
+from crr.maintain import AppPatch, Batch, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
 
@@ -88,7 +88,8 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
             (("_crr_wold", old), ("_crr_wnew", new)) if given is not None]
     # An INSERT only adds rows and a DELETE only removes them, so they need no MERGE.
-    mode = "merge" if old is not None and new is not None else "insert" if new is not None else "delete"
+    mode = (AppPatch.MERGE if old is not None and new is not None else AppPatch.INSERT if new is not None
+            else AppPatch.DELETE)
     batch.app_changes[rel.name] = (f"""
         SELECT DISTINCT ON (w.id) {cols}, d.cl % 2 = 1 AS keep
         FROM ({' UNION ALL '.join(rows)}) w JOIN {temp_table('_crr_wcl')} d ON d.id = w.id

@@ -12,6 +12,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
+from enum import Enum
 
 import duckdb
 import sqlglot
@@ -33,6 +34,23 @@ _DROP = re.compile(
 )
 
 
+class RelationKind(str, Enum):
+    """What a crr relation is at a site (stored by value in the catalog)."""
+
+    REPLICATED = "replicated"  # a replicated table: written here, its tuples are their own provenance
+    REMOTE = "remote"  # a readable copy of a relation held elsewhere
+    SOURCE = "source"  # a relation held elsewhere that only feeds this site's views
+    VIEW = "view"  # a materialized view computed here
+
+
+class DmlKind(str, Enum):
+    """The kind of a DML statement on a replicated table."""
+
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
 @dataclass
 class ColumnDecl:
     """A declared column: name, DuckDB type text, and whether NULL is refused."""
@@ -46,7 +64,7 @@ class ColumnDecl:
 class CreateTable:
     """``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE`` or ``CREATE REMOTE SOURCE``."""
 
-    kind: str  # "replicated" | "remote" | "source"
+    kind: RelationKind  # REPLICATED, REMOTE or SOURCE
     name: str
     columns: list[ColumnDecl]
     key: list[str]
@@ -67,7 +85,7 @@ class CreateView:
 class Drop:
     """``DROP`` of a crr relation; ``kind`` is the kind the statement named, if any."""
 
-    kind: str | None  # "replicated" | "remote" | "source" | "view" | None (plain DROP TABLE / DROP VIEW)
+    kind: RelationKind | None  # the kind named, None for a plain DROP TABLE / DROP VIEW
     name: str
     if_exists: bool
     plain: str = ""  # "table" or "view" for a plain DROP
@@ -77,7 +95,7 @@ class Drop:
 class Dml:
     """INSERT, UPDATE or DELETE aimed at a table."""
 
-    kind: str  # "insert" | "update" | "delete"
+    kind: DmlKind
     target: str
     tree: exp.Expression
 
@@ -173,7 +191,7 @@ def classify(sql: str) -> Statement:
         if not ro or facts.nested_writes:
             # a write nested in a CTE (or SQL text): not a plain statement crr can rewrite or pass as it is
             return _remember(Other(sql=sql, tree=tree, read_only=False, tables=facts.tables | text_tables))
-        kind = {exp.Insert: "insert", exp.Update: "update", exp.Delete: "delete"}[type(tree)]
+        kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
         return Dml(kind=kind, target=target.name, tree=tree)
     return _remember(_guard(sql, tree, 0))
 
@@ -589,16 +607,17 @@ def _copy(sql: str, toks: list[_Tok], facts: _Facts | None, depth: int) -> tuple
     return False, _words(sql)
 
 
-def _kind_of(words: str) -> str:
+def _kind_of(words: str) -> RelationKind:
     """The relation kind a DDL phrase names: ``remote source`` -> source, ``remote table`` -> remote..."""
     first, second = words.lower().split()
-    return {"replicated": "replicated", "materialized": "view"}.get(first) or (
-        "source" if second == "source" else "remote")
+    return {"replicated": RelationKind.REPLICATED, "materialized": RelationKind.VIEW}.get(first) or (
+        RelationKind.SOURCE if second == "source" else RelationKind.REMOTE)
 
 
-def _create_table(kind: str, sql: str) -> CreateTable:
+def _create_table(kind: RelationKind, sql: str) -> CreateTable:
     tree = parse_one(sql)
-    what = {"replicated": "REPLICATED TABLE", "remote": "REMOTE TABLE", "source": "REMOTE SOURCE"}[kind]
+    what = {RelationKind.REPLICATED: "REPLICATED TABLE", RelationKind.REMOTE: "REMOTE TABLE",
+            RelationKind.SOURCE: "REMOTE SOURCE"}[kind]
     if not isinstance(tree, exp.Create) or not isinstance(tree.this, exp.Schema):
         raise SqlError(f"CREATE {what} needs a column list: CREATE {what} name (col type, ...)")
     if tree.expression is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crr.changeset import Changeset
+from crr.changeset import ChangeKind, Changeset
 from crr.errors import ChangesetError
 from crr.site import Site
 
@@ -47,7 +47,7 @@ def check_write_rules(site: Site, sender: str, relation: str, cs: Changeset,
         raise WriteRuleError(f"{sender} may not write {relation} here (--allow)")
     rc = cs.relations[0]
     held = site.relations()
-    if rc.kind == "base":
+    if rc.kind is ChangeKind.BASE:
         lineage = {relation}
         if list(rc.lineage) != [relation]:
             raise WriteRuleError(f"{sender} sent base relation {relation} with the lineage {list(rc.lineage)}; a "
@@ -66,7 +66,7 @@ def check_write_rules(site: Site, sender: str, relation: str, cs: Changeset,
     if outside:
         raise WriteRuleError(f"{sender} answered a pull of {relation} with causal lengths of {', '.join(outside)}, "
                              f"outside {relation}'s lineage ({', '.join(sorted(lineage)) or 'none'})")
-    if rc.kind == "base":
+    if rc.kind is ChangeKind.BASE:
         # every causal-length change of a base tuple comes with the tuple (crr/changeset.py), whose id the
         # engine checks against its values: a row that names another relation's tuple id cannot hide here
         try:
