@@ -71,6 +71,17 @@ def allow_rule(text: str) -> tuple[str, set[str]]:
     return site.strip(), {n for n in names if n}
 
 
+def pin_rule(text: str) -> tuple[str, str]:
+    """One ``--pin SITE=HEXKEY``: a peer site id and the public key (64 hex digits) it must prove."""
+    site, sep, key = text.partition("=")
+    key = key.strip().lower()
+    if not sep or not site.strip() or len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+        raise argparse.ArgumentTypeError(
+            f"expected SITE=HEXKEY (a peer's site id, then its 64-hex-digit public key as `crr status` shows it), "
+            f"got {text!r}")
+    return site.strip(), key
+
+
 def positive_seconds(text: str) -> float:
     """A positive, finite number of seconds."""
     try:
@@ -107,6 +118,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pull-interval", type=positive_seconds, default=2.0, metavar="SECONDS",
                    help="seconds between periodic pulls (default 2)")
     p.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="default INFO")
+    p.add_argument("--key-file", metavar="FILE", help="this site's key pair (default: <db>.key, created if missing)")
+    p.add_argument("--trust-file", metavar="FILE",
+                   help="where peers' keys are pinned on first contact (default: <db>.peers.json)")
+    p.add_argument("--pin", type=pin_rule, action="append", default=[], metavar="SITE=HEXKEY",
+                   help="require this key of a peer site (repeatable)")
+    p.add_argument("--no-trust-on-first-use", action="store_true",
+                   help="refuse every peer whose key is not pinned yet (with --pin or in the trust file)")
     p = sub.add_parser("sql", help="run one statement against a site (through crr serve if it is running)")
     p.add_argument("--db", required=True, help="the site's DuckDB file; CREATE REPLICATED/REMOTE TABLE, CREATE "
                    "REMOTE SOURCE and CREATE MATERIALIZED VIEW create it if missing")
@@ -281,7 +299,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         try:
             service = SyncService(site, secret, listen=args.listen, peers=args.peer, allow=allow,
-                                  control_path=socket_path(args.db), pull_interval=args.pull_interval).start()
+                                  control_path=socket_path(args.db), pull_interval=args.pull_interval,
+                                  key_file=args.key_file, trust_file=args.trust_file, trusted_keys=dict(args.pin),
+                                  trust_new_peers=not args.no_trust_on_first_use).start()
         except OSError as e:
             if "attempting to bind" in str(e):  # the address was taken between the check and the start
                 raise CrrError(_bind_problem(*args.listen, e)) from None

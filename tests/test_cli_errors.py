@@ -395,3 +395,29 @@ def test_bench_arguments_are_validated(args):
     proc = subprocess.run([sys.executable, "-m", "crr.cli", "bench", *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "error: argument" in proc.stderr
+
+
+@pytest.mark.parametrize("pin", ["garbage", "s1=abc", "=" + "a" * 64, "s1=" + "g" * 64])
+def test_pin_is_validated(tmp_path, secret_file, pin):
+    refused(crr(*serve_args(tmp_path, secret_file, "--pin", pin)), USAGE, "SITE=HEXKEY")
+
+
+def test_serve_keeps_its_key_where_told(tmp_path, secret_file):
+    """--key-file and --trust-file reach the sync service: the key appears at the given path (mode 0600)."""
+    key = tmp_path / "keys" / "site.key"
+    key.parent.mkdir()
+    proc = subprocess.Popen([*CRR, *serve_args(tmp_path, secret_file, "--key-file", str(key), "--trust-file",
+                                                str(tmp_path / "pins.json"), "--no-trust-on-first-use",
+                                                "--pin", "other=" + "ab" * 32)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):  # up to 30 s for the server to start
+            if key.exists() or proc.poll() is not None:
+                break
+            select.select([], [], [], 0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert key.exists() and (key.stat().st_mode & 0o777) == 0o600
+        assert not (tmp_path / "a.duckdb.key").exists()
+    finally:
+        proc.terminate()
+        proc.wait(30)
