@@ -85,7 +85,8 @@ def arrow_bytes(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return con.sql(sql).to_arrow_table().nbytes
 
 
-def _qualified(schema: str, table: str) -> str:
+def part_name(schema: str, table: str) -> str:
+    """How ``state_parts`` names a table: ``schema.table``, the table quoted unless a plain identifier."""
     return f'{schema}."{table}"' if not table.isidentifier() else f"{schema}.{table}"
 
 
@@ -117,7 +118,7 @@ def crr_state(site, view: str, path: str | None = None) -> State:
     rels = ", ".join("'" + r.replace("'", "''") + "'" for r in sorted(lineage | {view}))
     for schema, table in _tables(con):
         q = _quote(schema, table)
-        name = _qualified(schema, table)
+        name = part_name(schema, table)
         owner, dollar, _ = table.partition("$")
         if schema == "main":
             if table == view:
@@ -147,17 +148,7 @@ def gupta_state(con: duckdb.DuckDBPyConnection, path: str | None = None) -> Stat
     state = State()
     for schema, table in _tables(con):
         role = "view" if table == "v" else "input"
-        state.add(_qualified(schema, table), role, arrow_bytes(con, f"SELECT * FROM {_quote(schema, table)}"))
+        state.add(part_name(schema, table), role, arrow_bytes(con, f"SELECT * FROM {_quote(schema, table)}"))
     if path is not None:
         state.file_bytes, state.file_used_bytes = file_sizes(con, path)
     return state
-
-
-def crr_view_bytes(site, view: str) -> int:
-    """``view_state_bytes`` of crr (the measure reported as ``state_bytes`` before)."""
-    return crr_state(site, view).view_state(CRR_NARROW)
-
-
-def gupta_view_bytes(con: duckdb.DuckDBPyConnection) -> int:
-    """``view_state_bytes`` of Gupta counting: the counted view table."""
-    return gupta_state(con).view_state(GUPTA_NARROW)
