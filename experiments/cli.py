@@ -10,7 +10,7 @@ from experiments import report
 
 QUICK = {
     "paper": dict(sizes="2000,4000", batch=1000, repeat=2),
-    "writes": dict(ops=50),
+    "writes": dict(ops=30),
     "merge": dict(sizes="1000,10000", repeat=2),
     "recompute": dict(base=50000, deltas="1,100,1000", repeat=2),
     "spark": dict(sizes="20000", batch=10000, repeat=1),
@@ -121,14 +121,7 @@ def _dispatch(name: str, args: argparse.Namespace, say):
     if name == "writes":
         from experiments import writes
         records = writes.run(args.ops, say)
-        report.simple_table("single-row writes, file-backed (seconds)", records,
-                            [("statement", "experiment"), ("side", "algorithm"), ("p50", "p50"), ("p99", "p99")])
-        by = {(r["experiment"], r["algorithm"]): r for r in records}
-        for kind in ("insert", "update", "delete"):
-            plain = by[(f"write-{kind}", "plain-duckdb")]["p50"]
-            report.console.print(f"{kind}: crr/plain p50 ratio keyed "
-                                 f"{by[(f'write-{kind}', 'crr (keyed)')]['p50'] / plain:.1f}, unkeyed "
-                                 f"{by[(f'write-{kind}', 'crr (unkeyed)')]['p50'] / plain:.1f}")
+        report.writes_table(records)
         return records, lambda d: []
     if name == "merge":
         from experiments import merge
@@ -140,11 +133,7 @@ def _dispatch(name: str, args: argparse.Namespace, say):
     if name == "recompute":
         from experiments import recompute
         records = recompute.run(args.base, _ints(args.deltas), args.repeat, say)
-        report.simple_table(f"join view over {args.base} rows: maintenance vs recomputation (median s)", records,
-                            [("delta rows", "n"), ("algorithm", "algorithm"), ("seconds", "seconds")])
-        by = {(r["n"], r["algorithm"]): r["seconds"] for r in records}
-        for n in _ints(args.deltas):
-            report.console.print(f"delta {n}: recompute / crr = {by[(n, 'recompute-duckdb')] / by[(n, 'crr')]:.1f}x")
+        report.recompute_table(records, args.base)
         return records, lambda d: [report.xy_plot(records, d, "recompute", "delta rows")]
     if name == "sync":
         from experiments import sync_bench

@@ -79,6 +79,10 @@ class GuptaSpark:
         """Tuples in the view."""
         return self.v.count()
 
-    def state_bytes(self) -> int:
-        """Arrow size of the counted view (the same measure as the DuckDB sides)."""
-        return pa.Table.from_pandas(self.v.toPandas(), preserve_index=False).nbytes
+    def state_parts(self) -> dict[str, tuple[str, int]]:
+        """``{name: (role, Arrow bytes)}`` of the counted view and the copies of R1 and R2 (join only)."""
+        frames = {"v": ("view", self.v)}
+        if self.view == "join":
+            frames.update({"r1": ("input", self.r1), "r2": ("input", self.r2)})
+        return {name: (role, pa.Table.from_pandas(df.toPandas(), preserve_index=False).nbytes)
+                for name, (role, df) in frames.items()}

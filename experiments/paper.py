@@ -4,9 +4,10 @@ For each view (pi_BC R1, and R1 join R2 with |R2| = 1000) a view site receives t
 site: first ``max(sizes)`` inserts into R1, then deletes of ``max(sizes)`` of those rows, in batches.
 crr's view site declares R1 and R2 as remote sources (no readable copy; their tuples are kept, hidden,
 only where a view joins them, as in the paper) and merges the changesets; Gupta's view site
-applies the same rows by counting. Only the view sites' work is timed. The time for N is the time
-to process the first N inserts (or deletes) of the stream; memory is measured (see
-:mod:`experiments.state`) at each N in the first repetition.
+applies the same rows by counting. Every side runs against its own DuckDB file. Only the view
+sites' work is timed. The time for N is the time to process the first N inserts (or deletes) of
+the stream; state and file sizes are measured (see :mod:`experiments.state`) at each N in the first
+repetition, outside the timed region (the CHECKPOINT that file sizes need is not timed either).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable
 from crr.site import Site
 from experiments.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 from experiments.gupta_duckdb import GuptaDuckDB
-from experiments.state import crr_view_bytes, gupta_view_bytes
+from experiments.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state
 from experiments.streams import paper_streams
 
 Progress = Callable[[str], None]
@@ -41,12 +42,13 @@ class _Crr:
     def __init__(self, path: str, view: str, streams) -> None:
         self.site = _crr_site(path, view, streams.r2)
         self.name = VIEW_NAMES[view]
+        self.path = path
 
     def apply(self, batch) -> None:
         self.site.merge(batch.changeset)
 
-    def state_bytes(self) -> int:
-        return crr_view_bytes(self.site, self.name)
+    def state(self) -> dict:
+        return crr_state(self.site, self.name, self.path).record(CRR_NARROW)
 
     def rows(self) -> int:
         return self.site.execute(f"SELECT count(*) FROM {self.name}")[0][0]
@@ -58,12 +60,13 @@ class _Crr:
 class _GuptaDuckDB:
     def __init__(self, path: str, view: str, streams) -> None:
         self.g = GuptaDuckDB(path, view, streams.r2_rows)
+        self.path = path
 
     def apply(self, batch) -> None:
         self.g.apply(batch.rows, batch.sign)
 
-    def state_bytes(self) -> int:
-        return gupta_view_bytes(self.g.con)
+    def state(self) -> dict:
+        return gupta_state(self.g.con, self.path).record(GUPTA_NARROW)
 
     def rows(self) -> int:
         return self.g.rows()
@@ -80,8 +83,11 @@ class _GuptaSpark:
     def apply(self, batch) -> None:
         self.g.apply(batch.rows, batch.sign)
 
-    def state_bytes(self) -> int:
-        return self.g.state_bytes()
+    def state(self) -> dict:
+        state = State()
+        for name, (role, nbytes) in self.g.state_parts().items():
+            state.add(name, role, nbytes)
+        return state.record(GUPTA_NARROW)
 
     def rows(self) -> int:
         return self.g.rows()
@@ -103,7 +109,7 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
     streams = paper_streams(r1, r2, batch, total)
     checkpoints = sorted(set(sizes))
     times: dict[tuple, list[float]] = {}
-    state: dict[tuple, int] = {}
+    state: dict[tuple, dict] = {}
     rows: dict[tuple, int] = {}
     with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
         for rep in range(repeat):
@@ -122,7 +128,7 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
                                 key = (f"{view}-{phase}", done, algo)
                                 times.setdefault(key, []).append(elapsed)
                                 if rep == 0:
-                                    state[key] = site.state_bytes()
+                                    state[key] = site.state()
                                     rows[key] = site.rows()
                     site.close()
     records = []
@@ -130,7 +136,6 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
         records.append({
             "experiment": experiment, "n": n, "batch": batch, "algorithm": algo,
             "seconds": statistics.median(ts), "seconds_min": min(ts), "seconds_max": max(ts),
-            "seconds_all": ts, "state_bytes": state[(experiment, n, algo)],
-            "view_rows": rows[(experiment, n, algo)],
+            "seconds_all": ts, **state[(experiment, n, algo)], "view_rows": rows[(experiment, n, algo)],
         })
     return records

@@ -2,6 +2,18 @@
 
 Through ``Site.execute`` on a file-backed site, versus the same statements on a plain DuckDB table
 in the same file and connection (each statement its own durable transaction on both sides).
+
+Sides (the ``algorithm`` of a record), all tables ``(k INTEGER, v VARCHAR)``:
+
+* ``crr (keyed)``, ``crr (unkeyed)``: replicated tables with and without ``PRIMARY KEY (k)``, no views;
+* ``crr+views (keyed)``, ``crr+views (unkeyed)``: the same, each with a projection view
+  ``SELECT v FROM t`` and a join view ``SELECT t.k, t.v, d.w FROM t JOIN d ON t.k = d.k`` over it,
+  maintained in the write's transaction (``d``: a replicated table of ``ops`` rows, so every written
+  row joins one row of ``d``; loaded before timing);
+* ``plain-duckdb``: a plain DuckDB table with ``PRIMARY KEY (k)``.
+
+Each kind runs ``ops`` statements on rows ``k = 0 .. ops-1``: INSERT ``(k, 'x')``, then UPDATE
+``v = 'y<k>'``, then DELETE, so every statement hits one present row.
 """
 
 from __future__ import annotations
@@ -12,43 +24,75 @@ import tempfile
 import time
 from typing import Callable
 
+STATEMENTS = {
+    "insert": ("INSERT INTO {t} VALUES (?, ?)", lambda i: [i, "x"]),
+    "update": ("UPDATE {t} SET v = ? WHERE k = ?", lambda i: [f"y{i}", i]),
+    "delete": ("DELETE FROM {t} WHERE k = ?", lambda i: [i]),
+}
+SIDES = {  # algorithm label -> (table, crr side?)
+    "crr (keyed)": ("t", True),
+    "crr (unkeyed)": ("u", True),
+    "crr+views (keyed)": ("tv", True),
+    "crr+views (unkeyed)": ("uv", True),
+    "plain-duckdb": ("plain_t", False),
+}
+
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+def _setup(site, ops: int) -> None:
+    """The tables of every side, the views, and the join partner ``d``."""
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE REPLICATED TABLE u (k INTEGER, v VARCHAR)")
+    site.execute("CREATE REPLICATED TABLE tv (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE REPLICATED TABLE uv (k INTEGER, v VARCHAR)")
+    site.execute("CREATE REPLICATED TABLE d (k INTEGER PRIMARY KEY, w VARCHAR)")
+    site.insert_many("d", [(i, f"w{i}") for i in range(ops)])
+    for view, sql in VIEWS.items():
+        site.execute(f"CREATE MATERIALIZED VIEW {view} AS {sql}")
+    site._con.execute("CREATE TABLE plain_t (k INTEGER PRIMARY KEY, v VARCHAR)")  # outside crr
+
+
 def run(ops: int, progress: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """Time ``ops`` statements of each kind on both sides; return p50/p99 records."""
+    """Time ``ops`` statements of each kind on every side; return p50/p99 records."""
     from crr.site import Site
     records = []
     with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
         site = Site(os.path.join(folder, "writes.duckdb"))
-        site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
-        site.execute("CREATE REPLICATED TABLE u (k INTEGER, v VARCHAR)")
+        _setup(site, ops)
         plain = site._con  # the same file and connection, outside crr
-        plain.execute("CREATE TABLE plain_t (k INTEGER PRIMARY KEY, v VARCHAR)")
-        statements = {
-            "insert": "INSERT INTO {t} VALUES (?, ?)",
-            "update": "UPDATE {t} SET v = ? WHERE k = ?",
-            "delete": "DELETE FROM {t} WHERE k = ?",
-        }
-        for kind, template in statements.items():
+        for kind, (template, params_of) in STATEMENTS.items():
             progress(f"{ops} single-row {kind.upper()}s on each side")
-            for label, table, run_one in (
-                ("crr (keyed)", "t", lambda sql, p: site.execute(sql, p)),
-                ("crr (unkeyed)", "u", lambda sql, p: site.execute(sql, p)),
-                ("plain-duckdb", "plain_t", lambda sql, p: plain.execute(sql, p).fetchall()),
-            ):
+            for label, (table, via_crr) in SIDES.items():
                 sql = template.format(t=table)
                 samples = []
                 for i in range(ops):
-                    params = {"insert": [i, "x"], "update": [f"y{i}", i], "delete": [i]}[kind]
+                    params = params_of(i)
                     t0 = time.perf_counter()
-                    run_one(sql, params)
+                    if via_crr:
+                        site.execute(sql, params)
+                    else:
+                        plain.execute(sql, params).fetchall()
                     samples.append(time.perf_counter() - t0)
                 records.append({"experiment": f"write-{kind}", "algorithm": label, "n": ops,
-                                "seconds": statistics.median(samples), "p50": _pct(samples, 50),
-                                "p99": _pct(samples, 99)})
+                                "views": 2 if "views" in label else 0, "seconds": statistics.median(samples),
+                                "p50": _pct(samples, 50), "p99": _pct(samples, 99)})
+            _check(site, kind)
         site.close()
     return records
+
+
+VIEWS = {f"{t}_{kind}": sql.format(t=t) for t in ("tv", "uv") for kind, sql in (
+    ("proj", "SELECT v FROM {t}"), ("join", "SELECT {t}.k, {t}.v, d.w FROM {t} JOIN d ON {t}.k = d.k"))}
+
+
+def _check(site, kind: str) -> None:
+    """Every view equals its query over the current tables (a benchmark of wrong answers is worthless)."""
+    for view, sql in VIEWS.items():
+        diff = site._con.execute(f"SELECT count(*) FROM (({sql}) EXCEPT (SELECT * FROM {view})) "
+                                 f"UNION ALL SELECT count(*) FROM ((SELECT * FROM {view}) EXCEPT ({sql}))").fetchall()
+        if any(n for (n,) in diff):
+            raise AssertionError(f"view {view} differs from its query after the {kind}s")

@@ -12,7 +12,9 @@ import pytest
 
 from crr.cli import main
 
-ALGOS = {"crr", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "crr (keyed)", "crr (unkeyed)", "plain-duckdb"}
+ALGOS = {"crr", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "crr (keyed)", "crr (unkeyed)",
+         "crr+views (keyed)", "crr+views (unkeyed)", "plain-duckdb"}
+ROLES = {"view", "app", "input", "lineage", "other"}
 
 
 def _run(tmp_path, *args: str) -> dict:
@@ -32,7 +34,25 @@ def _paper_checks(doc: dict, algos: set[str]) -> None:
     assert {r["experiment"] for r in results} == {"project-insert", "project-delete", "join-insert", "join-delete"}
     assert {r["algorithm"] for r in results} == algos
     for r in results:
-        assert r["state_bytes"] >= 0 and len(r["seconds_all"]) == doc["params"]["repeat"]
+        assert len(r["seconds_all"]) == doc["params"]["repeat"]
+        _state_checks(r)
+    top = max(r["n"] for r in results)
+    for r in results:
+        parts = set(r["state_parts"])
+        if r["algorithm"] == "crr":
+            # the view's own tables, its APP copy and the lineage's causal lengths are always counted
+            assert {"view", "app", "lineage"} <= set(r["state_roles"].values())
+            inputs = {name for name, role in r["state_roles"].items() if role == "input"}
+            if r["experiment"].startswith("join"):  # R1's and R2's hidden tuples, kept for the join
+                assert any('"r1$' in x for x in inputs) and any('"r2$' in x for x in inputs)
+                assert all('"r1$' in x or '"r2$' in x for x in inputs)
+            else:  # a projection over a remote source keeps no input tuples
+                assert not inputs
+            assert r["state_bytes"] > 0 and r["view_state_bytes"] > 0  # crr keeps causal lengths after deletes
+        elif r["algorithm"] == "gupta-duckdb":
+            assert parts == ({"main.v", "main.r1", "main.r2"} if r["experiment"].startswith("join") else {"main.v"})
+        if r["experiment"].endswith("insert") and r["n"] == top and r["algorithm"] != "gupta-spark":
+            assert r["file_bytes"] > 0 and 0 < r["file_used_bytes"]
     # every algorithm ends with the same view contents
     sizes = {}
     for r in results:
@@ -42,17 +62,95 @@ def _paper_checks(doc: dict, algos: set[str]) -> None:
                and r["n"] == max(x["n"] for x in results))
 
 
+def _state_checks(r: dict) -> None:
+    """The state fields of one paper record: types, parts summing to the total, roles named."""
+    assert isinstance(r["state_bytes"], int) and r["state_bytes"] >= 0
+    assert isinstance(r["state_parts"], dict) and r["state_parts"]
+    assert all(isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in r["state_parts"].items())
+    assert sum(r["state_parts"].values()) == r["state_bytes"]
+    assert set(r["state_roles"]) == set(r["state_parts"]) and set(r["state_roles"].values()) <= ROLES
+    assert isinstance(r["view_state_bytes"], int) and 0 <= r["view_state_bytes"] <= r["state_bytes"]
+    if r["algorithm"] == "gupta-spark":
+        assert r["file_bytes"] is None and r["file_used_bytes"] is None
+    else:
+        assert isinstance(r["file_bytes"], int) and isinstance(r["file_used_bytes"], int)
+        assert 0 < r["file_used_bytes"] <= r["file_bytes"]
+    assert isinstance(r["view_rows"], int)
+
+
 def test_bench_paper(tmp_path):
     doc = _run(tmp_path, "paper")
     _paper_checks(doc, {"crr", "gupta-duckdb"})
-    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "join-delete.png", "join-insert.png", "project-delete.png", "project-insert.png"]
+    plots = sorted((tmp_path / "plots").iterdir())
+    assert [p.name for p in plots] == [
+        "join-delete.png", "join-insert.png", "paper-grid.png", "project-delete.png", "project-insert.png"]
+    for p in plots:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+
+
+def _tables(con) -> set[str]:
+    """Persistent tables of a connection, named as state parts name them."""
+    from experiments.state import part_name
+    return {part_name(s, t) for s, t in con.execute(
+        "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
+
+
+def test_state_accounting(tmp_path):
+    """Every part names a table of the site; every table a join view site keeps for the view is counted;
+    a table the engine might add later is counted too; Gupta's parts are exactly its tables."""
+    from crr.site import Site
+    from experiments.data import VIEWS, ddl, r1_rows, r2_rows
+    from experiments.gupta_duckdb import GuptaDuckDB
+    from experiments.state import crr_state, gupta_state
+
+    path = str(tmp_path / "view.duckdb")
+    src = Site(site_id="src")
+    for stmt in ddl("REPLICATED TABLE", keyed=False):
+        src.execute(stmt)
+    src.insert_many("r2", r2_rows())
+    src.insert_many("r1", r1_rows(300))
+    site = Site(path, site_id="view")
+    for stmt in ddl("REMOTE SOURCE", keyed=False):
+        site.execute(stmt)
+    site.execute(f"CREATE MATERIALIZED VIEW j AS {VIEWS['join']}")
+    site.merge(src.changes())
+    st = crr_state(site, "j", path)
+    tables = _tables(site._con)
+    assert set(st.parts) <= tables and st.total == sum(st.parts.values())
+    counted = {t for t in tables if t.startswith(("_crr.\"j$", '_crr."r1$', '_crr."r2$'))} | {"main.j", "_crr.cl"}
+    assert set(st.parts) == counted
+    assert st.roles["main.j"] == "app" and st.roles["_crr.cl"] == "lineage"
+    assert {st.roles[t] for t in counted if t.startswith('_crr."r')} == {"input"}
+    assert st.parts["_crr.cl"] == site._con.sql("SELECT * FROM _crr.cl").to_arrow_table().nbytes  # r1, r2 both
+    assert 0 < st.file_used_bytes <= st.file_bytes
+    site._con.execute("CREATE TABLE _crr.future_cache (x BIGINT)")
+    site._con.execute("INSERT INTO _crr.future_cache VALUES (1), (2)")
+    site._con.execute("CREATE TABLE _crr.future_rows (rel VARCHAR, x BIGINT)")
+    site._con.execute("INSERT INTO _crr.future_rows VALUES ('r1', 1), ('elsewhere', 2)")
+    st2 = crr_state(site, "j")
+    assert st2.roles["_crr.future_cache"] == "other" and st2.roles["_crr.future_rows"] == "lineage"
+    assert st2.parts["_crr.future_rows"] == site._con.sql(
+        "SELECT * FROM _crr.future_rows WHERE rel = 'r1'").to_arrow_table().nbytes
+    site.close()
+    src.close()
+
+    g = GuptaDuckDB(str(tmp_path / "gupta.duckdb"), "join", r2_rows())
+    g.apply(r1_rows(300), +1)
+    gs = gupta_state(g.con, str(tmp_path / "gupta.duckdb"))
+    assert set(gs.parts) == _tables(g.con) == {"main.v", "main.r1", "main.r2"}
+    assert gs.roles == {"main.v": "view", "main.r1": "input", "main.r2": "input"}
+    g.close()
 
 
 def test_bench_writes(tmp_path):
     doc = _run(tmp_path, "writes")
     kinds = {(r["experiment"], r["algorithm"]) for r in doc["results"]}
-    assert len(kinds) == 9 and all(r["p99"] >= r["p50"] for r in doc["results"])
+    sides = {"crr (keyed)", "crr (unkeyed)", "crr+views (keyed)", "crr+views (unkeyed)", "plain-duckdb"}
+    assert kinds == {(f"write-{k}", a) for k in ("insert", "update", "delete") for a in sides}
+    assert len(doc["results"]) == 15
+    for r in doc["results"]:
+        assert isinstance(r["p50"], float) and isinstance(r["p99"], float) and r["p99"] >= r["p50"] > 0
+        assert r["views"] == (2 if r["algorithm"].startswith("crr+views") else 0)
 
 
 def test_bench_merge(tmp_path):
@@ -65,6 +163,22 @@ def test_bench_recompute(tmp_path):
     doc = _run(tmp_path, "recompute")
     assert {(r["n"], r["algorithm"]) for r in doc["results"]} == {
         (n, a) for n in (1, 100, 1000) for a in ("crr", "gupta-duckdb", "recompute-duckdb")}
+    assert all(isinstance(r["base_rows"], int) and len(r["seconds_all"]) == doc["params"]["repeat"]
+               for r in doc["results"])
+    assert (tmp_path / "plots" / "recompute.png").stat().st_size > 0
+
+
+def test_recompute_table_prints_ratio(capsys):
+    """The printed table carries recompute / crr for each delta, and the lines for issue 9's targets."""
+    from experiments import report
+    recs = [{"n": n, "algorithm": a, "seconds": s} for n in (1, 1000)
+            for a, s in (("crr", 0.01), ("gupta-duckdb", 0.002), ("recompute-duckdb", 0.04))]
+    with report.console.capture() as cap:
+        report.recompute_table(recs, 50000)
+    out = cap.get()
+    assert "recompute / crr" in out and "4.00x" in out
+    assert "delta 1: crr is 4.00x as fast as recomputing (issue 9 target: at least 10x)" in out
+    assert "delta 1000: crr is 4.00x" in out
 
 
 def test_bench_sync(tmp_path):
