@@ -18,6 +18,7 @@ from crr.changeset import ChangeKind, Changeset, RelationChanges, check_duckdb_v
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
+from crr.point import PointWrite
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
 from crr.types import Column, key_hash_sql, quote_ident, quote_str, tuple_id_sql, type_family
 from crr.writes import prepare_write
@@ -494,6 +495,18 @@ class Site:
                        DmlKind.DELETE: dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         with self._transaction():
+            if not self._read_elsewhere(rel):
+                source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
+                assert source is not None
+                with _translated_errors():
+                    point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
+                                                        new=stmt.kind is not DmlKind.DELETE, params=params,
+                                                        clock=self._clock, seq=self._seq + 1)
+                if point is not None:  # a small write (else it takes the batch path below)
+                    count, changed = point
+                    if changed:
+                        self._bump()
+                    return [(count,)]
             if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None
                 ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
@@ -507,6 +520,11 @@ class Site:
             else:
                 count = self._write(rel, f"({rq.old})", None, params)
         return [(count,)]
+
+    def _read_elsewhere(self, rel: Relation) -> bool:
+        """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
+        lineage holds it): only then does a write to ``rel`` need the batch pipeline."""
+        return any(rel.name in self.lineage(n) for n in self._rels if n != rel.name)
 
     def insert_many(self, table: str, rows: Any) -> int:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.

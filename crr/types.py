@@ -462,3 +462,76 @@ def tuple_id(relation: str, columns: Sequence[Column], values: Sequence[Any]) ->
 def key_hash(relation: str, key_columns: Sequence[Column], key_values: Sequence[Any]) -> int:
     """The 128-bit key hash of a keyed row's key values; equals :func:`key_hash_sql`."""
     return _md5_number(tuple_encoding("key:" + relation, key_columns, key_values))
+
+
+# -- values as text ----------------------------------------------------------------------------------
+# The point write path (crr.point) carries values between statements as text: DuckDB's own text of
+# each value, which casts back to the same value for every supported type (floats as the DOUBLE they
+# widen to, blobs as hex). Python's own types would lose infinite dates and timestamps. The field
+# encoding of a value is computed from that text, equal to field_sql's.
+
+def value_text_sql(expr: str, duckdb_type: str) -> str:
+    """SQL text of a value as the point path carries it (NULL stays NULL)."""
+    family = type_family(duckdb_type)
+    if family == "float":
+        return f"CAST(CAST({expr} AS DOUBLE) AS VARCHAR)"
+    if family == "blob":
+        return f"hex({expr})"
+    if family == "timestamptz":  # its UTC wall clock: text in the session's zone may round the offset
+        return f"CAST(timezone('UTC', {expr}) AS VARCHAR)"
+    return f"CAST({expr} AS VARCHAR)"
+
+
+def text_value_sql(param: str, duckdb_type: str) -> str:
+    """SQL turning a carried text (:func:`value_text_sql`) back into the value of ``duckdb_type``."""
+    family = type_family(duckdb_type)
+    if family == "blob":
+        return f"unhex({param})"
+    if family == "timestamptz":
+        return f"timezone('UTC', CAST({param} AS TIMESTAMP))"
+    return f"CAST({param} AS {duckdb_type})"
+
+
+def _text_float(text: str) -> str:
+    if text in ("nan", "-nan"):
+        return "fnan"
+    return "f0" if float(text) == 0 else "f" + text
+
+
+def _text_decimal(text: str) -> str:
+    if text.startswith("."):
+        return "n0" + text
+    if text.startswith("-."):
+        return "n-0" + text[1:]
+    return "n" + text
+
+
+_FIELD_TEXT: dict[str, Callable[[str, str], str]] = {
+    "integer": lambda x, t: "i" + x,
+    "decimal": lambda x, t: _text_decimal(x),
+    "float": lambda x, t: _text_float(x),
+    "string": lambda x, t: f"s{len(x.encode('utf-8'))}:{x}",
+    "boolean": lambda x, t: "b1" if x == "true" else "b0",
+    "date": lambda x, t: "d" + x,
+    "timestamp": lambda x, t: _enc_timestamp(x, t),
+    "timestamptz": lambda x, t: "z" + _enc_timestamp(x, "TIMESTAMP")[1:],  # UTC wall clock
+    "time": lambda x, t: "h" + x,
+    "blob": lambda x, t: "x" + x,
+    "uuid": lambda x, t: "u" + x,
+}
+
+
+def text_encoding(prefix: str, columns: Sequence[Column], texts: Sequence[str | None]) -> str:
+    """The canonical encoding of a row given as carried texts (:func:`value_text_sql`)."""
+    fields = ["N" if x is None else _FIELD_TEXT[c.family](x, c.type.upper().strip()) for c, x in zip(columns, texts)]
+    return "|".join([f"{len(prefix.encode())}:{prefix}", *fields])
+
+
+def tuple_id_of_texts(relation: str, columns: Sequence[Column], texts: Sequence[str | None]) -> int:
+    """The tuple id of a row given as carried texts; equals :func:`tuple_id_sql` over the row."""
+    return _md5_number(text_encoding(relation, columns, texts))
+
+
+def key_hash_of_texts(relation: str, key_columns: Sequence[Column], texts: Sequence[str | None]) -> int:
+    """The key hash of a row's key values given as carried texts; equals :func:`key_hash_sql`."""
+    return _md5_number(text_encoding("key:" + relation, key_columns, texts))

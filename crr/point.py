@@ -1,0 +1,295 @@
+"""The point path: a small local write to a replicated table that no other relation here reads.
+
+Such a write changes only the table's own state (its causal-length entries, its AUG tuples and its
+APP table), so it needs none of the batch pipeline's set-at-a-time machinery (:mod:`crr.writes`,
+:mod:`crr.maintain`): one query reads the statement's rows together with what the site knows about
+them, Python decides the new causal lengths exactly as the batch path would (DESIGN 1.1/1.2), and a
+few parameterized statements write the result. No temp table, no catalog DDL.
+
+Statements per write (inside the caller's transaction; :data:`STATEMENTS` names them, and a test
+counts them):
+
+========================  ======================================================================
+INSERT of new rows        rows, lookup, cl insert, tuples insert, app insert            (5)
+DELETE                    rows, lookup, cl update, app delete                           (4)
+UPDATE of one row         rows, lookup, cl update, cl insert, tuples insert, app update (6)
+========================  ======================================================================
+
+(An UPDATE that rewrites a version the site already knows, or several rows, may use one more
+or one fewer.) Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
+equal to the SQL computation, which would cost more to plan than the whole lookup costs to run.
+Values travel between the statements as DuckDB's own text form of each value
+(:func:`crr.types.value_text_sql`, cast back by :func:`crr.types.text_value_sql`), which is exact
+for every type crr supports: Python's own types would lose infinite dates and timestamps.
+
+A statement writing more than :data:`POINT_ROWS` rows returns ``None`` from :func:`point_write`
+before writing anything, and the caller takes the batch path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import duckdb
+
+from crr.catalog import SCHEMA, Relation
+from crr.clock import HybridClock
+from crr.errors import ConstraintError
+from crr.types import (key_hash_of_texts, quote_ident, quote_str, text_value_sql, tuple_id_of_texts,
+                       value_text_sql)
+
+POINT_ROWS = 64  # largest number of written rows the point path takes
+
+
+class Statement(Enum):
+    """The statements of the point path (see the module docstring)."""
+
+    ROWS = "rows"  # the written rows' values, as text
+    LOOKUP = "lookup"  # the site's causal-length entries of their keys (or ids), and which it stores
+    CL_UPDATE = "cl update"  # causal-length entries the site already has
+    CL_INSERT = "cl insert"  # causal-length entries of ids new to the site
+    TUPLES_INSERT = "tuples insert"  # AUG tuples new to the table
+    APP_INSERT = "app insert"
+    APP_DELETE = "app delete"
+    APP_UPDATE = "app update"  # one row replaced by another
+
+
+@dataclass
+class _Row:
+    """One written row as the rows query returns it."""
+
+    new: bool  # added (True) or removed (False) by the statement
+    id: int
+    kh: int | None
+    values: tuple[str | None, ...]  # DuckDB's text of each value
+    stored: bool  # whether the table's AUG tuples hold it already
+    versions: list[tuple[int, int, int, bool]]  # (id, cl, stamp, vis) of its key's versions (its own, unkeyed)
+
+
+@dataclass
+class _Entry:
+    """A causal-length entry the write changes."""
+
+    id: int
+    kh: int | None
+    cl: int
+    stamp: int
+    old_vis: bool
+    known: bool  # the site has an entry for the id already
+
+    @property
+    def vis(self) -> bool:
+        """Visibility after a local write: plain parity (the write's stamp is the largest)."""
+        return self.cl % 2 == 1
+
+
+# -- statement builders ---------------------------------------------------------------------------
+
+def rows_sql(rel: Relation, source: str, old: bool, new: bool) -> str:
+    """``Statement.ROWS``: at most ``POINT_ROWS + 1`` rows that ``source`` yields, as the texts of their
+    values (:func:`crr.types.value_text_sql`): the old values, then the new ones, as the write has them.
+
+    ``source`` yields the new values as ``c0, c1, ...`` and, for an UPDATE, the old ones as
+    ``o0, o1, ...``; ``old``/``new`` say which of them the statement removes and adds.
+    """
+    prefixes = (["o" if new else "c"] if old else []) + (["c"] if new else [])
+    texts = [value_text_sql(f"w.{p}{i}", c.type) for p in prefixes for i, c in enumerate(rel.columns)]
+    return f"SELECT {', '.join(texts)} FROM ({source}) w LIMIT {POINT_ROWS + 1}"
+
+
+def lookup_sql(rel: Relation, keys: list[int], ids: list[int]) -> str:
+    """``Statement.LOOKUP``: the site's causal-length entries ``(id, kh, cl, stamp, vis, false)`` of
+    the given key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true)`` for
+    each of ``ids`` the table's AUG tuples hold. The values are integers this module computed, so
+    they are written into the text."""
+    probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
+        f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
+    return f"""SELECT id, kh, cl, stamp, vis, false FROM {SCHEMA}.cl WHERE {probe}
+               UNION ALL SELECT id, NULL, NULL, NULL, NULL, true FROM {rel.aug('t')}
+               WHERE id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"""
+
+
+def cl_update_sql(count: int) -> str:
+    """``Statement.CL_UPDATE`` of ``count`` entries: parameters (cl, stamp, vis, id) per entry, then seq."""
+    if count == 1:
+        return (f"UPDATE {SCHEMA}.cl SET cl = ?, stamp = ?::UHUGEINT, vis = ?, seq = ? "
+                "WHERE id = ?::UHUGEINT")
+    rows = ", ".join(["(?, ?::UHUGEINT, ?, ?::UHUGEINT)"] * count)
+    return (f"UPDATE {SCHEMA}.cl SET cl = d.cl, stamp = d.stamp, vis = d.vis, seq = ? "
+            f"FROM (VALUES {rows}) d(cl, stamp, vis, id) WHERE {SCHEMA}.cl.id = d.id")
+
+
+def cl_insert_sql(rel: Relation, count: int) -> str:
+    """``Statement.CL_INSERT`` of ``count`` entries: parameters (id, cl, kh, stamp, vis, seq) per entry."""
+    row = f"(?::UHUGEINT, {quote_str(rel.name)}, ?, ?::UHUGEINT, ?::UHUGEINT, ?, ?)"
+    return f"INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) VALUES {', '.join([row] * count)}"
+
+
+def _typed_row(rel: Relation) -> str:
+    return ", ".join(text_value_sql("?", c.type) for c in rel.columns)
+
+
+def tuples_insert_sql(rel: Relation, count: int) -> str:
+    """``Statement.TUPLES_INSERT`` of ``count`` tuples: parameters (id, values as text..., seq) per tuple."""
+    row = f"(?::UHUGEINT, {_typed_row(rel)}, ?)"
+    return f"INSERT INTO {rel.aug('t')} VALUES {', '.join([row] * count)}"
+
+
+def app_insert_sql(rel: Relation, count: int) -> str:
+    """``Statement.APP_INSERT`` of ``count`` rows: the values as text per row."""
+    cols = ", ".join(quote_ident(c) for c in rel.column_names)
+    return f"INSERT INTO {rel.app} ({cols}) VALUES {', '.join([f'({_typed_row(rel)})'] * count)}"
+
+
+def _app_row_match(rel: Relation) -> str:
+    return " AND ".join(f"{quote_ident(c.name)} IS NOT DISTINCT FROM {text_value_sql('?', c.type)}"
+                        for c in rel.columns)
+
+
+def app_delete_sql(rel: Relation, count: int) -> str:
+    """``Statement.APP_DELETE`` of ``count`` rows (matched on every column, NULLs equal): values as text per row."""
+    return f"DELETE FROM {rel.app} WHERE " + " OR ".join([f"({_app_row_match(rel)})"] * count)
+
+
+def app_update_sql(rel: Relation) -> str:
+    """``Statement.APP_UPDATE``: one row replaced by another; parameters: new values, then old values."""
+    sets = ", ".join(f"{quote_ident(c.name)} = {text_value_sql('?', c.type)}" for c in rel.columns)
+    return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
+
+
+# -- the write ------------------------------------------------------------------------------------
+
+class PointWrite:
+    """Runs point-path writes on one connection (inside the caller's transaction)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def _run(self, sql: str, params: list[Any]) -> list[tuple]:
+        return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
+
+    def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
+              clock: HybridClock, seq: int) -> tuple[int, bool] | None:
+        """Apply a write whose rows ``source`` yields (see :func:`rows_sql`).
+
+        Returns (rows the statement affected, whether replicated state changed), or None, having
+        written nothing, when the statement writes more than :data:`POINT_ROWS` rows.
+        """
+        sql = rows_sql(rel, source, old, new)
+        found = (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
+        if len(found) > POINT_ROWS:
+            return None
+        width = len(rel.columns)
+        key_at = [rel.column_names.index(k) for k in rel.key]
+        key_cols = [rel.columns[i] for i in key_at]
+        rows: dict[tuple[int, bool], _Row] = {}
+        for n, texts in enumerate(found):
+            halves = [texts[:width], texts[width:]] if old and new else [texts]
+            for half, is_new in zip(halves, [False, True] if old and new else [new]):
+                kh = key_hash_of_texts(rel.name, key_cols, [half[i] for i in key_at]) if rel.key else None
+                rows[(n, is_new)] = _Row(is_new, tuple_id_of_texts(rel.name, rel.columns, half), kh, half, False, [])
+        if not rows:
+            return 0, False
+        ids = sorted({r.id for r in rows.values()})
+        versions: dict[int, list[tuple[int, int, int, bool]]] = {}  # per key hash (keyed) or id
+        stored: set[int] = set()
+        for id_, kh, cl, stamp, vis, in_table in self._run(
+                lookup_sql(rel, sorted({r.kh for r in rows.values()}), ids), []):
+            if in_table:
+                stored.add(int(id_))
+            else:
+                versions.setdefault(int(kh) if rel.key else int(id_), []).append(
+                    (int(id_), int(cl), int(stamp or 0), bool(vis)))
+        for row in rows.values():
+            row.stored = row.id in stored
+            row.versions = versions.get(row.kh if rel.key else row.id, [])
+        olds = [r for r in rows.values() if not r.new]
+        news = [r for r in rows.values() if r.new]
+        count = len({r.id for r in olds}) if old and not new else len(found)
+        entries = self._entries(rel, olds, news, clock)
+        changed = self._write(rel, entries, olds, news, seq)
+        return count, changed
+
+    def _entries(self, rel: Relation, olds: list[_Row], news: list[_Row], clock: HybridClock) -> dict[int, _Entry]:
+        """The causal-length entries the write changes, checking NOT NULL and key rules first."""
+        entries: dict[int, _Entry] = {}
+        for row in olds:  # removing a row deletes every present version of its key (or the tuple itself)
+            for vid, vcl, vstamp, vvis in row.versions:
+                if vcl % 2 == 1 and vid not in entries:
+                    entries[vid] = _Entry(vid, row.kh, vcl + 1, vstamp, vvis, True)
+        if not news:
+            return entries
+        _check_not_null(rel, news)
+        stamp = 0
+        if rel.key:
+            _check_keys(rel, news, freed={r.kh for r in olds})
+            clock.observe(max((v[2] for r in news for v in r.versions), default=None))
+            stamp = clock.tick()
+        for row in news:
+            if row.id in entries:
+                cur = entries[row.id].cl
+                if cur % 2 == 0:  # deleted by this statement and written again (UPDATE SET v = v)
+                    entries[row.id].cl, entries[row.id].stamp = cur + 1, max(stamp, entries[row.id].stamp)
+                continue
+            own = [v for v in row.versions if v[0] == row.id]
+            cur, old_stamp, old_vis = (own[0][1], own[0][2], own[0][3]) if own else (0, 0, False)
+            if cur % 2 == 0:
+                entries[row.id] = _Entry(row.id, row.kh, cur + 1, max(stamp, old_stamp), old_vis, bool(own))
+        return entries
+
+    def _write(self, rel: Relation, entries: dict[int, _Entry], olds: list[_Row], news: list[_Row],
+               seq: int) -> bool:
+        """Write the entries, the new tuples and the APP changes; return whether anything changed."""
+        known = [e for e in entries.values() if e.known]
+        fresh = [e for e in entries.values() if not e.known]
+        if len(known) == 1:
+            e = known[0]
+            self._run(cl_update_sql(1), [e.cl, e.stamp, e.vis, seq, e.id])
+        elif known:
+            self._run(cl_update_sql(len(known)),
+                      [seq] + [p for e in known for p in (e.cl, e.stamp, e.vis, e.id)])
+        if fresh:
+            self._run(cl_insert_sql(rel, len(fresh)),
+                      [p for e in fresh for p in (e.id, e.cl, e.kh, e.stamp, e.vis, seq)])
+        tuples = list({r.id: r for r in news if not r.stored}.values())
+        if tuples:
+            self._run(tuples_insert_sql(rel, len(tuples)), [p for r in tuples for p in (r.id, *r.values, seq)])
+        # the APP table equals the visible state: rows whose visibility flipped appear or leave
+        flipped = {e.id for e in entries.values() if e.vis != e.old_vis}
+        gone = list({r.id: r for r in olds if r.id in flipped and not entries[r.id].vis}.values())
+        came = list({r.id: r for r in news if r.id in flipped and entries[r.id].vis}.values())
+        if len(gone) == 1 and len(came) == 1:
+            self._run(app_update_sql(rel), [*came[0].values, *gone[0].values])
+        else:
+            if gone:
+                self._run(app_delete_sql(rel, len(gone)), [v for r in gone for v in r.values])
+            if came:
+                self._run(app_insert_sql(rel, len(came)), [v for r in came for v in r.values])
+        return bool(entries or tuples)
+
+
+def _check_not_null(rel: Relation, news: list[_Row]) -> None:
+    for col in rel.not_null:
+        i = rel.column_names.index(col)
+        n = len({r.id for r in news if r.values[i] is None})
+        if n:
+            what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
+            raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
+                                  "nothing was written")
+
+
+def _check_keys(rel: Relation, news: list[_Row], freed: set) -> None:
+    """Refuse two values for one key in the statement, or a key another visible version holds."""
+    keys = ", ".join(rel.key)
+    if len({r.id for r in news}) > len({r.kh for r in news}):
+        raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "
+                              "values; nothing was written")
+    for row in news:
+        if row.kh in freed:
+            continue
+        if any(vvis and vid != row.id for vid, _, _, vvis in row.versions):
+            key_vals = ", ".join(f"{c}={row.values[rel.column_names.index(c)]!r}" for c in rel.key)
+            raise ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
+                                  "values; use UPDATE to change it (nothing was written)")

@@ -1,0 +1,201 @@
+"""The point write path (crr.point): ids from carried texts, equivalence with the batch path, and the
+number of statements a write runs (the figures crr/point.py documents)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import crr
+from crr import point
+from crr.types import Column, text_value_sql, tuple_encoding_sql, tuple_id_of_texts, tuple_id_sql, value_text_sql
+from tests.conftest import app, aug
+from tests.test_values import SPECIAL, STRATEGIES
+
+# -- ids from texts ------------------------------------------------------------------------------------
+
+CASES = [(t, v) for t, vs in SPECIAL.items() for v in vs]
+
+
+def _sql_and_text_ids(con: duckdb.DuckDBPyConnection, type_: str, value: Any) -> tuple[int, int, bool]:
+    """(SQL id of the value, id from its carried text, whether the text casts back to the same value)."""
+    col = Column("x", type_)
+    sql_id, text = con.execute(f"""SELECT {tuple_id_sql('r', [col])}, {value_text_sql('x', type_)}
+                                   FROM (SELECT CAST($1 AS {type_}) AS x)""", [value]).fetchone()
+    back = con.execute(f"""SELECT {tuple_id_sql('r', [col])}, x IS NOT DISTINCT FROM CAST($2 AS {type_})
+                           FROM (SELECT {text_value_sql('$1', type_)} AS x)""", [text, value]).fetchone()
+    assert back[0] == sql_id
+    return sql_id, tuple_id_of_texts("r", [col], [text]), back[1]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+@pytest.mark.parametrize("type_, value", CASES, ids=[f"{t}:{v!r}"[:60] for t, v in CASES])
+def test_id_from_text_equals_sql_id_and_text_casts_back(type_: str, value: Any, zone: str) -> None:
+    con = duckdb.connect()
+    con.execute(f"SET TimeZone = '{zone}'")
+    sql_id, text_id, same = _sql_and_text_ids(con, type_, value)
+    assert text_id == sql_id
+    assert same
+
+
+@pytest.mark.parametrize("type_", list(STRATEGIES))
+def test_id_from_text_equals_sql_id_hypothesis(type_: str) -> None:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'America/St_Johns'")  # a half-hour offset in every TIMESTAMPTZ text
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(STRATEGIES[type_])
+    def check(value: Any) -> None:
+        try:
+            con.execute(f"SELECT CAST($1 AS {type_})", [value])
+        except duckdb.Error:
+            return  # DuckDB refuses the value itself
+        sql_id, text_id, same = _sql_and_text_ids(con, type_, value)
+        assert text_id == sql_id
+        assert same
+
+    check()
+
+
+def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
+    con = duckdb.connect()
+    types = ["INTEGER", "VARCHAR", "DOUBLE", "BLOB", "TIMESTAMP", "DECIMAL(3,3)", "BOOLEAN"]
+    values = [None, "a|b", -0.0, b"\x00|", "infinity", "-0.5", False]
+    cols = [Column(f"c{i}", t) for i, t in enumerate(types)]
+    casts = ", ".join(f"CAST(${i + 1} AS {t}) AS c{i}" for i, t in enumerate(types))
+    texts = ", ".join(value_text_sql(f"c{i}", t) for i, t in enumerate(types))
+    row = con.execute(f"SELECT {tuple_id_sql('r', cols)}, {tuple_encoding_sql('r', cols)}, {texts} "
+                      f"FROM (SELECT {casts})", values).fetchone()
+    assert tuple_id_of_texts("r", cols, list(row[2:])) == row[0]
+
+
+# -- the point path against the batch path ------------------------------------------------------------
+
+SCHEMA = {"keyed": "(k INTEGER PRIMARY KEY, v VARCHAR, f DOUBLE)", "unkeyed": "(k INTEGER, v VARCHAR, f DOUBLE)"}
+
+KEYS = st.integers(0, 5)
+VALUES = st.sampled_from(["a", "b", None, "it's", "é"])
+FLOATS = st.sampled_from([0.0, -0.0, 1.5, float("nan"), float("inf"), None])
+STATEMENTS = st.one_of(
+    st.tuples(st.just("INSERT INTO t VALUES (?, ?, ?)"), st.tuples(KEYS, VALUES, FLOATS)),
+    st.tuples(st.just("INSERT INTO t VALUES (?, ?, ?), (?, ?, ?)"), st.tuples(KEYS, VALUES, FLOATS, KEYS, VALUES, FLOATS)),
+    st.tuples(st.just("INSERT INTO t VALUES (NULL, ?, 1)"), st.tuples(VALUES)),
+    st.tuples(st.just("UPDATE t SET v = ? WHERE k = ?"), st.tuples(VALUES, KEYS)),
+    st.tuples(st.just("UPDATE t SET k = ? WHERE k = ?"), st.tuples(KEYS, KEYS)),
+    st.tuples(st.just("UPDATE t SET f = f"), st.just(())),
+    st.tuples(st.just("DELETE FROM t WHERE k = ?"), st.tuples(KEYS)),
+    st.tuples(st.just("DELETE FROM t WHERE v IS NULL OR k > ?"), st.tuples(KEYS)),
+    st.tuples(st.just("INSERT INTO t SELECT i, 'r', NULL FROM range(?) r(i)"), st.tuples(st.sampled_from([0, 3, 70]))),
+)
+
+
+def _run(site: crr.Site, sql: str, params: tuple) -> Any:
+    try:
+        return site.execute(sql, list(params))
+    except crr.CrrError as e:
+        return type(e)
+
+
+def _state(site: crr.Site) -> tuple:
+    """APP rows and AUG state without stamps (each site's clock issues its own)."""
+    state = aug(site, "t")
+    cl = [row[:4] + row[5:] for row in state["cl"]]
+    return repr(app(site, "t")), repr(state["tuples"]), cl  # repr: NaN equals NaN
+
+
+@pytest.mark.parametrize("keyed", ["keyed", "unkeyed"])
+def test_point_path_leaves_the_state_the_batch_path_leaves(keyed: str) -> None:
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(STATEMENTS, min_size=1, max_size=12))
+    def check(statements: list[tuple[str, tuple]]) -> None:
+        fast, batch = crr.Site(), crr.Site()
+        for site in (fast, batch):
+            site.execute(f"CREATE REPLICATED TABLE t {SCHEMA[keyed]}")
+        batch.execute("CREATE MATERIALIZED VIEW everything AS SELECT * FROM t")  # t is read: the batch path
+        for sql, params in statements:
+            assert _run(fast, sql, params) == _run(batch, sql, params), sql
+            assert _state(fast) == _state(batch), sql
+        assert repr(app(batch, "everything")) == repr(app(batch, "t"))
+
+    check()
+
+
+# -- statement counts ---------------------------------------------------------------------------------
+
+class Counting:
+    """A connection wrapper that records every statement executed through it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        self.statements: list[str] = []
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self.statements.append(sql)
+        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.con, name)
+
+
+def _count(site: crr.Site, sql: str, params: list) -> list[str]:
+    counting = Counting(site._con)
+    site._con = counting  # type: ignore[assignment]
+    try:
+        site.execute(sql, params)
+    finally:
+        site._con = counting.con
+    return counting.statements
+
+
+@pytest.mark.parametrize("schema", list(SCHEMA.values()), ids=list(SCHEMA))
+def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) -> None:
+    site = crr.Site(tmp_path / "s.db")
+    site.execute(f"CREATE REPLICATED TABLE t {schema}")
+    site.execute("INSERT INTO t VALUES (0, 'a', 1)")
+    assert len(_count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2.0])) == 5
+    assert len(_count(site, "UPDATE t SET v = ? WHERE k = ?", ["y", 1])) == 6
+    assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 4
+    # back from the dead: the tuple is known, so its entry is updated and no tuple is added
+    assert len(_count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0])) == 4
+    assert not any("TEMP TABLE" in s.upper() for s in _count(site, "UPDATE t SET v = 'z' WHERE k = 0", []))
+    assert app(site, "t") == [(0, "z", 1.0), (1, "y", 2.0)]
+
+
+def test_a_large_write_takes_the_batch_path_and_a_read_table_never_takes_the_point_path() -> None:
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    many = _count(site, "INSERT INTO t SELECT i, 'x' FROM range(?) r(i)", [point.POINT_ROWS + 1])
+    assert any("TEMP TABLE" in s.upper() for s in many)
+    assert site.execute("SELECT count(*) FROM t") == [(point.POINT_ROWS + 1,)]
+    few = _count(site, "INSERT INTO t SELECT i, 'x' FROM range(?, ?) r(i)", [100, 100 + point.POINT_ROWS])
+    assert not any("TEMP TABLE" in s.upper() for s in few)
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT v FROM t")
+    read = _count(site, "INSERT INTO t VALUES (1000, 'y')", [])
+    assert any("TEMP TABLE" in s.upper() for s in read)
+    assert sorted(site.execute("SELECT * FROM v")) == [("x",), ("y",)]
+
+
+def test_point_path_refusals_write_nothing() -> None:
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR NOT NULL)")
+    site.execute("INSERT INTO t VALUES (1, 'a')")
+    before = _state_of(site)
+    with pytest.raises(crr.ConstraintError, match="duplicate key"):
+        site.execute("INSERT INTO t VALUES (1, 'b')")
+    with pytest.raises(crr.ConstraintError, match="more than once"):
+        site.execute("INSERT INTO t VALUES (2, 'b'), (2, 'c')")
+    with pytest.raises(crr.ConstraintError, match="NOT NULL"):
+        site.execute("INSERT INTO t VALUES (3, NULL)")
+    with pytest.raises(crr.ConstraintError, match="PRIMARY KEY"):
+        site.execute("INSERT INTO t VALUES (NULL, 'x')")
+    with pytest.raises(crr.TypeMismatchError):
+        site.execute("INSERT INTO t VALUES ('not a number', 'x')")
+    assert _state_of(site) == before
+
+
+def _state_of(site: crr.Site) -> tuple:
+    return repr(app(site, "t")), repr(aug(site, "t")), site.cursor
