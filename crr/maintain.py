@@ -61,6 +61,10 @@ class Batch:
     cl_unkeyed: bool | None = None  # whether some entries carry none, when known
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
+    # set by the point path (crr.point), which wrote the table's causal lengths, AUG tuples and APP
+    # rows itself: FROM text of (id, rel, vis) of the ids whose visibility flipped; only the
+    # relations deriving from the table remain to maintain
+    applied_flips: str | None = None
     # relation -> (SQL of exact APP changes (cols, keep), which kinds of change occur)
     app_changes: dict[str, tuple[str, AppPatch]] = field(default_factory=dict)
 
@@ -198,16 +202,20 @@ class Maintainer:
     def apply(self, batch: Batch, view_order: list[str]) -> BatchResult:
         """Apply a batch (see module docstring) and return what changed."""
         self.batch = batch
-        self._merge_cl(batch)
-        for rel, table in batch.base.items():
-            self._merge_base(self.rels[rel], table, batch.local_write)
+        if batch.applied_flips is not None:
+            self._take_applied(batch)
+        else:
+            self._merge_cl(batch)
+            for rel, table in batch.base.items():
+                self._merge_base(self.rels[rel], table, batch.local_write)
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], tuples, monos)
         for name in view_order:
             self._run_view(self.rels[name])
         for rel in self.rels.values():
             if rel.is_base:
-                self._patch_base(rel)
+                if batch.applied_flips is None:
+                    self._patch_base(rel)
             elif rel.has_app:
                 self._refresh_derived(rel)
         return self.result
@@ -229,6 +237,14 @@ class Maintainer:
         self._run_view(view)
         self._refresh_derived(view)
         return self.result
+
+    def _take_applied(self, batch: Batch) -> None:
+        """Steps 1 and 2 for a write the point path applied: note its flips and its delta."""
+        assert batch.cl_relation is not None and batch.applied_flips is not None
+        self.result.cl_changed = batch.cl_changes or 0
+        if batch.cl_changes:
+            self.flips, self.flipped_rels = batch.applied_flips, {batch.cl_relation}
+        self.new_base.update(batch.base)
 
     # 1. causal lengths and visibility ------------------------------------------------------------
     def _merge_cl(self, batch: Batch) -> None:

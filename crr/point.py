@@ -33,6 +33,7 @@ from enum import Enum
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
@@ -66,6 +67,41 @@ class _Row:
     values: tuple[str | None, ...]  # DuckDB's text of each value
     stored: bool  # whether the table's AUG tuples hold it already
     versions: list[tuple[int, int, int, bool]]  # (id, cl, stamp, vis) of its key's versions (its own, unkeyed)
+
+
+@dataclass
+class PointResult:
+    """What a point write did: the rows the statement affected, whether replicated state changed,
+    and, for the relations that derive from the table, the ids whose visibility flipped and the
+    rows the statement added (the delta views join)."""
+
+    count: int
+    changed: bool
+    flips: list[tuple[int, bool]]  # (id, visible now)
+    added: list[tuple[int, tuple[str | None, ...]]]  # (id, values as text) of each distinct new row
+
+    def as_arrow(self, rel: Relation) -> pa.Table:
+        """The flips (``kind`` 'f') and added rows (``kind`` 'n') as one table of texts, read by
+        :func:`flips_sql` and :func:`added_sql`."""
+        n = len(rel.columns)
+        kinds = ["f"] * len(self.flips) + ["n"] * len(self.added)
+        ids = [str(i) for i, _ in self.flips] + [str(i) for i, _ in self.added]
+        vis = [v for _, v in self.flips] + [None] * len(self.added)
+        values = [[None] * len(self.flips) + [row[k] for _, row in self.added] for k in range(n)]
+        return pa.table({"kind": pa.array(kinds, pa.string()), "id": pa.array(ids, pa.string()),
+                         "vis": pa.array(vis, pa.bool_()),
+                         **{f"v{k}": pa.array(values[k], pa.string()) for k in range(n)}})
+
+
+def flips_sql(rel: Relation, table: str) -> str:
+    """FROM text of ``(id, rel, vis)`` of the flips in a registered :meth:`PointResult.as_arrow` table."""
+    return f"(SELECT CAST(id AS UHUGEINT) AS id, {quote_str(rel.name)} AS rel, vis FROM {table} WHERE kind = 'f')"
+
+
+def added_sql(rel: Relation, table: str) -> str:
+    """FROM text of ``(id, c0, c1, ...)`` of the added rows in a registered :meth:`PointResult.as_arrow` table."""
+    cols = ", ".join(f"{text_value_sql(f'v{k}', c.type)} AS c{k}" for k, c in enumerate(rel.columns))
+    return f"(SELECT CAST(id AS UHUGEINT) AS id, {cols} FROM {table} WHERE kind = 'n')"
 
 
 @dataclass
@@ -171,11 +207,12 @@ class PointWrite:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
-              clock: HybridClock, seq: int) -> tuple[int, bool] | None:
-        """Apply a write whose rows ``source`` yields (see :func:`rows_sql`).
+              clock: HybridClock, seq: int) -> PointResult | None:
+        """Apply a write whose rows ``source`` yields (see :func:`rows_sql`) to the table's own state.
 
-        Returns (rows the statement affected, whether replicated state changed), or None, having
-        written nothing, when the statement writes more than :data:`POINT_ROWS` rows.
+        Returns what it did, or None, having written nothing, when the statement writes more than
+        :data:`POINT_ROWS` rows. Relations deriving from the table are the caller's to maintain
+        from the result.
         """
         sql = rows_sql(rel, source, old, new)
         found = (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
@@ -191,7 +228,7 @@ class PointWrite:
                 kh = key_hash_of_texts(rel.name, key_cols, [half[i] for i in key_at]) if rel.key else None
                 rows[(n, is_new)] = _Row(is_new, tuple_id_of_texts(rel.name, rel.columns, half), kh, half, False, [])
         if not rows:
-            return 0, False
+            return PointResult(0, False, [], [])
         ids = sorted({r.id for r in rows.values()})
         versions: dict[int, list[tuple[int, int, int, bool]]] = {}  # per key hash (keyed) or id
         stored: set[int] = set()
@@ -210,7 +247,9 @@ class PointWrite:
         count = len({r.id for r in olds}) if old and not new else len(found)
         entries = self._entries(rel, olds, news, clock)
         changed = self._write(rel, entries, olds, news, seq)
-        return count, changed
+        flips = [(e.id, e.vis) for e in entries.values() if e.vis != e.old_vis]
+        added = list({r.id: (r.id, r.values) for r in news}.values())
+        return PointResult(count, changed, flips, added)
 
     def _entries(self, rel: Relation, olds: list[_Row], news: list[_Row], clock: HybridClock) -> dict[int, _Entry]:
         """The causal-length entries the write changes, checking NOT NULL and key rules first."""

@@ -18,7 +18,7 @@ from crr.changeset import ChangeKind, Changeset, RelationChanges, check_duckdb_v
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
-from crr.point import PointWrite
+from crr.point import PointResult, PointWrite, added_sql, flips_sql
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
 from crr.types import Column, key_hash_sql, quote_ident, quote_str, tuple_id_sql, type_family
 from crr.writes import prepare_write
@@ -63,6 +63,7 @@ def _changeset_errors() -> Iterator[None]:
                              "nothing was changed") from None
 
 
+POINT_TABLE = "_crr_point_arrow"  # the registered flips and rows of a point write (crr.point)
 MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
 
 
@@ -495,18 +496,18 @@ class Site:
                        DmlKind.DELETE: dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         with self._transaction():
-            if not self._read_elsewhere(rel):
-                source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
-                assert source is not None
-                with _translated_errors():
-                    point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
-                                                        new=stmt.kind is not DmlKind.DELETE, params=params,
-                                                        clock=self._clock, seq=self._seq + 1)
-                if point is not None:  # a small write (else it takes the batch path below)
-                    count, changed = point
-                    if changed:
-                        self._bump()
-                    return [(count,)]
+            source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
+            assert source is not None
+            with _translated_errors():
+                point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
+                                                    new=stmt.kind is not DmlKind.DELETE, params=params,
+                                                    clock=self._clock, seq=self._seq + 1)
+            if point is not None:  # a small write (else it takes the batch path below)
+                if point.changed and self._read_elsewhere(rel):
+                    self._maintain_point(rel, point)
+                elif point.changed:
+                    self._bump()
+                return [(point.count,)]
             if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None
                 ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
@@ -520,6 +521,19 @@ class Site:
             else:
                 count = self._write(rel, f"({rq.old})", None, params)
         return [(count,)]
+
+    def _maintain_point(self, rel: Relation, point: PointResult) -> None:
+        """Maintain the relations deriving from ``rel`` after a point write changed it. Its flips and
+        added rows are read from one registered Arrow table."""
+        self._con.register(POINT_TABLE, point.as_arrow(rel))
+        try:
+            batch = Batch(cl_relation=rel.name, cl_changes=len(point.flips), local_write=True,
+                          applied_flips=flips_sql(rel, POINT_TABLE))
+            if point.added:
+                batch.base[rel.name] = added_sql(rel, POINT_TABLE)
+            self._apply(batch, changed=True)
+        finally:
+            self._con.unregister(POINT_TABLE)
 
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
@@ -581,7 +595,9 @@ class Site:
         self._apply(batch)
         return count
 
-    def _apply(self, batch: Batch) -> BatchResult:
+    def _apply(self, batch: Batch, changed: bool = False) -> BatchResult:
+        """Run a batch through the maintainer; the sequence number advances if it (or, ``changed``,
+        the caller's own writes in this transaction) changed replicated state."""
         m = self._maintainer()
         try:
             result = m.apply(batch, [n for n, r in self._rels.items() if r.kind is RelationKind.VIEW])
@@ -592,7 +608,7 @@ class Site:
             raise
         finally:
             m.cleanup()
-        if result.changed:
+        if result.changed or changed:
             self._bump()
         return result
 

@@ -82,7 +82,9 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     batch = Batch(cl=temp_table("_crr_wcl"), cl_relation=rel.name, cl_keyed=keyed, cl_unkeyed=not keyed,
                   cl_changes=changes, local_write=True)
     if new is not None:
-        batch.base[rel.name] = temp_table("_crr_wnew")  # (id, kh, cols...): the pipeline reads id and the columns
+        # (id, kh, cols...), one row per id: an INSERT may list a row twice, and a view's delta query
+        # over one base table is trusted to yield each derivation once
+        batch.base[rel.name] = f"(SELECT DISTINCT ON (id) * FROM {temp_table('_crr_wnew')})"
     # The APP table equals the visible state, so the statement's own rows are exactly what appears
     # in it (new rows turned visible) and leaves it (old rows turned invisible).
     rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
