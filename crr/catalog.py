@@ -32,8 +32,10 @@ Storage layout of one site (all inside one DuckDB file):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from crr.types import Column, quote_ident
@@ -44,9 +46,13 @@ SCHEMA = "_crr"
 STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Relation:
-    """A relation held at a site: a replicated table, a remote table or source, or a materialized view."""
+    """A relation held at a site: a replicated table, a remote table or source, or a materialized view.
+
+    Immutable: a change (a grown lineage, a newly built index) is a new Relation in a new
+    :class:`Catalog` snapshot.
+    """
 
     name: str
     kind: RelationKind
@@ -54,7 +60,7 @@ class Relation:
     key: list[str] = field(default_factory=list)
     not_null: list[str] = field(default_factory=list)
     definition: str | None = None
-    lineage: set[str] = field(default_factory=set)  # learned lineage (remote tables)
+    lineage: frozenset[str] = frozenset()  # learned lineage (remote tables and sources)
     plan: ViewPlan | None = None
     indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
     stored: bool = True  # whether AUG tuples are kept (false only for a source no view joins)
@@ -118,6 +124,63 @@ class Relation:
         return f"main.{quote_ident(self.name)}"
 
 
+class Catalog(Mapping[str, Relation]):
+    """An immutable snapshot of the relations a site holds, in creation order (name -> Relation).
+
+    A site replaces its snapshot only when a transaction commits (see ``Site._stage``); the ``with_``
+    and ``without`` methods return new snapshots and never change this one.
+    """
+
+    def __init__(self, relations: Mapping[str, Relation] | None = None) -> None:
+        self._relations: dict[str, Relation] = dict(relations or {})
+        self._lineage: dict[str, frozenset[str]] = {}  # computed on demand (the snapshot never changes)
+
+    def __getitem__(self, name: str) -> Relation:
+        return self._relations[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._relations)
+
+    def __len__(self) -> int:
+        return len(self._relations)
+
+    def __repr__(self) -> str:
+        return f"Catalog({', '.join(self._relations)})"
+
+    def with_(self, *relations: Relation) -> "Catalog":
+        """A snapshot with these relations added or replaced (new ones after the existing ones)."""
+        return Catalog({**self._relations, **{r.name: r for r in relations}})
+
+    def without(self, name: str) -> "Catalog":
+        """A snapshot without the relation ``name``."""
+        return Catalog({n: r for n, r in self._relations.items() if n != name})
+
+    def changed(self, name: str, **fields: object) -> "Catalog":
+        """A snapshot in which relation ``name`` has the given fields changed."""
+        return self.with_(dataclasses.replace(self._relations[name], **fields))
+
+    def lineage(self, name: str) -> frozenset[str]:
+        """The base relations whose tuple ids appear in a relation's provenance."""
+        if name not in self._lineage:
+            rel = self._relations[name]
+            if rel.is_base:
+                self._lineage[name] = frozenset({rel.name})
+            elif rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE):
+                self._lineage[name] = rel.lineage
+            else:
+                assert rel.plan is not None
+                self._lineage[name] = frozenset().union(*(self.lineage(r) for r in rel.plan.inputs))
+        return self._lineage[name]
+
+    def derived_from(self, name: str) -> list[str]:
+        """The other relations whose lineage holds ``name`` (they change when its tuples do)."""
+        return [n for n in self._relations if n != name and name in self.lineage(n)]
+
+    def views(self) -> list[str]:
+        """The materialized views, in creation order (an input is always created before its views)."""
+        return [n for n, r in self._relations.items() if r.kind is RelationKind.VIEW]
+
+
 def aug_name(position: int) -> str:
     """The AUG-layer name of the user column at ``position`` (0-based)."""
     return f"c{position}"
@@ -154,7 +217,7 @@ def relation_from_row(row: tuple) -> Relation:
     name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row
     return Relation(name=name, kind=RelationKind(kind), columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
-                    lineage=set(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored))
+                    lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored))
 
 
 def aug_ddl(rel: Relation) -> list[str]:

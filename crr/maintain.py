@@ -27,7 +27,9 @@ form. Statements touch only the rows of the batch and the rows they join with.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from enum import Enum
 
 import duckdb
@@ -151,10 +153,10 @@ def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql
 class Maintainer:
     """Runs one batch against a site's relations. One instance per transaction."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, relations: dict[str, Relation], seq: int,
+    def __init__(self, con: duckdb.DuckDBPyConnection, relations: Mapping[str, Relation], seq: int,
                  widths: dict[str, tuple[int, int]]) -> None:
         self.con = con
-        self.rels = relations
+        self.rels = dict(relations)  # this batch's view of the catalog (see _build_index)
         self.seq = seq
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
@@ -163,7 +165,7 @@ class Maintainer:
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
-        self.newly_indexed: list[Relation] = []  # to undo in memory if the transaction rolls back
+        self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
@@ -425,7 +427,7 @@ class Maintainer:
             width = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {temp_table(name)}").fetchall()[0]
         lo, hi = width
         if hi > 1 and not rel.indexed:
-            self._build_index(rel)
+            rel = self._build_index(rel)
         if self._mixed_widths(rel, lo, hi):
             n = self._absorb(rel, name)
             if n == 0:
@@ -447,13 +449,15 @@ class Maintainer:
         self.widths[rel.name] = (lo, hi)
         return lo < hi
 
-    def _build_index(self, rel: Relation) -> None:
-        """Start the id -> monomial index of a relation whose monomials so far all had one id."""
+    def _build_index(self, rel: Relation) -> Relation:
+        """Start the id -> monomial index of a relation whose monomials so far all had one id; return
+        the relation as it is now (this batch's own view of the catalog; the site stages it)."""
         self.x(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
         self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {rel.aug('m')}")
         self.x("UPDATE _crr.relations SET indexed = true WHERE name = ?", [rel.name])
-        rel.indexed = True
-        self.newly_indexed.append(rel)
+        rel = self.rels[rel.name] = dataclasses.replace(rel, indexed=True)
+        self.indexed.append(rel.name)
+        return rel
 
     def _absorb(self, rel: Relation, newm: str) -> int:
         """Apply ``p + p.q = p`` between the new monomials and the existing ones of the same tuples."""

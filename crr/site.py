@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 import duckdb
 import pyarrow as pa
 
-from crr.catalog import (CATALOG_DDL, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
+from crr.catalog import (CATALOG_DDL, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
 from crr.changeset import ChangeKind, Changeset, RelationChanges, check_duckdb_values
 from crr.clock import HybridClock
@@ -101,7 +101,8 @@ class Site:
         except duckdb.Error as e:
             raise SiteError(f"cannot open site database {self.path}: {e}") from None
         self._con.execute("SET arrow_lossless_conversion = true")
-        self._rels: dict[str, Relation] = {}
+        self._catalog = Catalog()  # the committed catalog snapshot
+        self._staged: Catalog | None = None  # the snapshot the open transaction will commit, if it changes it
         self._widths: dict[str, tuple[int, int]] = {}
         self._parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
         self._accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
@@ -144,8 +145,8 @@ class Site:
         for row in rows:
             rel = relation_from_row(row)
             if rel.kind is RelationKind.VIEW:
-                rel.plan = self._compile(rel.name, rel.definition or "")
-            self._rels[rel.name] = rel
+                rel = dataclasses.replace(rel, plan=self._compile(rel.name, rel.definition or ""))
+            self._catalog = self._catalog.with_(rel)
         self._seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
         self._clock = HybridClock(self.site_id, last)
 
@@ -216,16 +217,33 @@ class Site:
         if self._closed:
             raise SiteError("the site is closed; open it again with crr.Site(path)")
 
+    @property
+    def _rels(self) -> Catalog:
+        """The catalog as the code running now sees it: the open transaction's staged snapshot, if
+        it has one, else the committed one."""
+        return self._staged if self._staged is not None else self._catalog
+
+    def _stage(self, catalog: Catalog) -> None:
+        """Make ``catalog`` the snapshot the open transaction commits (its DDL is in the same transaction)."""
+        self._staged = catalog
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
+        """One DuckDB transaction; a catalog snapshot staged in it replaces the committed one only
+        when it commits (so a rolled-back transaction leaves the catalog as the file has it)."""
         self._check_open()
         self._con.begin()
         try:
             yield
             self._con.commit()
+            if self._staged is not None:
+                self._catalog = self._staged
         except BaseException:
             self._con.rollback()
+            self._widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
             raise
+        finally:
+            self._staged = None
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -246,16 +264,7 @@ class Site:
 
     def lineage(self, name: str) -> set[str]:
         """The base relations whose tuple ids appear in a relation's provenance."""
-        rel = self.relation(name)
-        if rel.is_base:
-            return {rel.name}
-        if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE):
-            return set(rel.lineage)
-        assert rel.plan is not None
-        out: set[str] = set()
-        for r in rel.plan.inputs:
-            out |= self.lineage(r)
-        return out
+        return set(self._rels.lineage(self.relation(name).name))
 
     def provenance(self, name: str) -> dict[tuple, list[list[int]]]:
         """Each AUG tuple's provenance in canonical form: ``{values: [sorted ids of each monomial]}``."""
@@ -343,7 +352,7 @@ class Site:
                            not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
                            stored=stmt.kind is not RelationKind.SOURCE)
             self._add_relation(rel)
-        self._rels[rel.name] = rel
+            self._stage(self._rels.with_(rel))
         return []
 
     def _name_taken(self, name: str, if_not_exists: bool) -> bool:
@@ -377,23 +386,16 @@ class Site:
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1)
-        to_store = self._sources_to_store(plan)
-        try:
-            with self._transaction():
-                for source in to_store:
-                    source.stored = True
-                    for ddl in aug_ddl(source):
-                        self._con.execute(ddl)
-                    self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
-                self._add_relation(rel)
-                self._rels[rel.name] = rel
-                self._populate(rel)
-                self._save_counters()
-        except BaseException:
-            self._rels.pop(rel.name, None)
+        to_store = [dataclasses.replace(source, stored=True) for source in self._sources_to_store(plan)]
+        with self._transaction():
             for source in to_store:
-                source.stored = False
-            raise
+                for ddl in aug_ddl(source):
+                    self._con.execute(ddl)
+                self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
+            self._add_relation(rel)
+            self._stage(self._rels.with_(*to_store, rel))
+            self._populate(rel)
+            self._save_counters()
         return []
 
     def _sources_to_store(self, plan) -> list[Relation]:
@@ -420,7 +422,7 @@ class Site:
     def _maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
         m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
-        m.lineage = {name: lin for name in self._rels if (lin := self.lineage(name))}
+        m.lineage = {name: set(lin) for name in self._rels if (lin := self._rels.lineage(name))}
         m.sql_cache = self._delta_sql
         return m
 
@@ -431,6 +433,7 @@ class Site:
             m.populate(view)
         finally:
             m.cleanup(force=True)
+        self._stage_indexed(m)
         if m.result.changed:
             self._bump()
 
@@ -461,7 +464,7 @@ class Site:
             for base in self.lineage(rel.name) - remaining:
                 self._con.execute(f"DELETE FROM {SCHEMA}.cl WHERE rel = ?", [base])
             self._save_counters()  # the rows dropped may have held the largest sequence number
-        del self._rels[rel.name]
+            self._stage(self._rels.without(rel.name))
         self._widths.pop(rel.name, None)
         return []
 
@@ -538,7 +541,7 @@ class Site:
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
         lineage holds it): only then does a write to ``rel`` need the batch pipeline."""
-        return any(rel.name in self.lineage(n) for n in self._rels if n != rel.name)
+        return bool(self._rels.derived_from(rel.name))
 
     def insert_many(self, table: str, rows: Any) -> int:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.
@@ -600,17 +603,18 @@ class Site:
         the caller's own writes in this transaction) changed replicated state."""
         m = self._maintainer()
         try:
-            result = m.apply(batch, [n for n, r in self._rels.items() if r.kind is RelationKind.VIEW])
-        except BaseException:
-            for rel in m.newly_indexed:
-                rel.indexed = False
-            self._widths.clear()
-            raise
+            result = m.apply(batch, self._rels.views())
         finally:
             m.cleanup()
+        self._stage_indexed(m)
         if result.changed or changed:
             self._bump()
         return result
+
+    def _stage_indexed(self, m: Maintainer) -> None:
+        """Stage the relations whose id index the maintainer started (it recorded them in the file)."""
+        if m.indexed:
+            self._stage(self._rels.with_(*(m.rels[name] for name in m.indexed)))
 
     def _bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
@@ -678,7 +682,6 @@ class Site:
             held.append((rel, rc))
         con = self._con
         registered: list[str] = []
-        before = self._rels
         try:
             with self._transaction(), _changeset_errors():
                 batch = Batch()
@@ -737,9 +740,6 @@ class Site:
                         ON CONFLICT (peer, relation) DO UPDATE
                         SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated""",
                                     [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
-        except BaseException:
-            self._rels = before  # the catalog snapshot of before the merge (its lineage updates rolled back)
-            raise
         finally:
             big = len(cs) > 10_000  # a small batch's input tables are replaced by the next merge
             for name in registered:
@@ -755,14 +755,15 @@ class Site:
     def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> None:
         """Record the base relations a changeset says remote relations derive from.
 
-        The catalog is replaced by a new snapshot holding the grown lineages (the caller restores
-        the old one if the transaction fails), and the stored catalog is updated in the transaction.
+        A new catalog snapshot holding the grown lineages is staged (it replaces the committed one
+        only if the merge commits), and the stored catalog is updated in the transaction.
         """
         grown = {rel.name: rel.lineage | set(rc.lineage) for rel, rc in held
                  if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
         if not grown:
             return
-        self._rels = {n: dataclasses.replace(r, lineage=grown[n]) if n in grown else r for n, r in self._rels.items()}
+        self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], lineage=frozenset(lin))
+                                       for n, lin in grown.items())))
         for name in grown:
             self._con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
                               [relation_row(self._rels[name], 0)[6], name])

@@ -3,6 +3,7 @@ number of statements a write runs (the figures crr/point.py documents)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -104,15 +105,20 @@ def _run(site: crr.Site, sql: str, params: tuple, batch_path: bool = False) -> A
         point.POINT_ROWS = saved
 
 
+def _norm(rows: Any) -> str:
+    """Rows as text in which values SQL holds equal print alike (NaN = NaN, -0.0 = 0.0)."""
+    return re.sub(r"(?<![\w.])-0\.0(?![\d])", "0.0", repr(rows))
+
+
 def _without_stamps(state: dict) -> dict:
-    return {**state, "cl": [row[:4] + row[5:] for row in state["cl"]], "tuples": repr(state["tuples"])}
+    return {**state, "cl": [row[:4] + row[5:] for row in state["cl"]], "tuples": _norm(state["tuples"])}
 
 
 def _state(site: crr.Site) -> tuple:
     """APP rows and AUG state without stamps (each site's clock issues its own)."""
     state = aug(site, "t")
     cl = [row[:4] + row[5:] for row in state["cl"]]
-    return repr(app(site, "t")), repr(state["tuples"]), cl  # repr: NaN equals NaN
+    return _norm(app(site, "t")), _norm(state["tuples"]), cl
 
 
 @pytest.mark.parametrize("keyed", ["keyed", "unkeyed"])
@@ -132,9 +138,9 @@ def test_point_path_leaves_the_state_the_batch_path_leaves(keyed: str) -> None:
             assert _run(viewed, sql, params) == expected, sql
             assert _state(fast) == _state(batch) == _state(viewed), sql
             for view in ("everything", "pairs"):
-                assert repr(app(viewed, view)) == repr(app(batch, view)), sql
+                assert _norm(app(viewed, view)) == _norm(app(batch, view)), sql
                 assert _without_stamps(aug(viewed, view)) == _without_stamps(aug(batch, view)), sql
-        assert repr(app(batch, "everything")) == repr(app(batch, "t"))
+        assert _norm(app(batch, "everything")) == _norm(app(batch, "t"))
 
     check()
 
