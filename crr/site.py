@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
-import time
 import uuid
 from typing import Any, Iterable, Iterator
 
@@ -14,13 +14,16 @@ import pyarrow as pa
 
 from crr.catalog import (CATALOG_DDL, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
-from crr.changeset import ChangeKind, Changeset, RelationChanges, check_duckdb_values
+from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
-                        SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
+                        SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.point import PointResult, PointWrite, added_sql, flips_sql
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
-from crr.types import Column, key_hash_sql, quote_ident, quote_str, tuple_id_sql, type_family
+from crr.changes import collect_changes
+from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult, changeset_errors,
+                       grown_lineage, held_relations, plan_merge)
+from crr.types import Column, quote_ident, type_family
 from crr.writes import prepare_write
 from sql import dml
 from sql.compile import compile_view
@@ -49,39 +52,7 @@ def _translated_errors() -> Iterator[None]:
         raise CrrError(f"DuckDB error: {str(e).strip()}") from None
 
 
-@contextlib.contextmanager
-def _changeset_errors() -> Iterator[None]:
-    """Every DuckDB failure inside a merge is a ChangesetError: the checks that abort a merge from inside
-    SQL (``error('crr: ...')``) with their own message, anything else with DuckDB's."""
-    try:
-        yield
-    except duckdb.Error as e:
-        text = str(e)
-        if "crr: " in text:
-            raise ChangesetError("malformed changeset: " + text.split("crr: ", 1)[1].strip()) from None
-        raise ChangesetError(f"the changeset could not be merged ({type(e).__name__}: {text.strip()}); "
-                             "nothing was changed") from None
-
-
 POINT_TABLE = "_crr_point_arrow"  # the registered flips and rows of a point write (crr.point)
-MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
-
-
-class MergeResult(dict):
-    """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
-
-    ``inserted``/``deleted`` count APP rows; ``new_tuples`` AUG tuples added to a replicated table;
-    ``new_monomials`` derivations added to a view, remote table or remote source.
-
-    Attributes: ``cl_changed`` (causal-length entries that grew), ``ignored`` (relations in the
-    changeset this site does not hold), ``changed`` (whether anything was written).
-    """
-
-    def __init__(self, result: BatchResult, ignored: list[str]) -> None:
-        super().__init__({k: v.as_dict() for k, v in result.relations.items()})
-        self.cl_changed = result.cl_changed
-        self.ignored = ignored
-        self.changed = result.changed
 
 
 class Site:
@@ -634,185 +605,38 @@ class Site:
             if self.relation(n).kind is RelationKind.SOURCE:
                 raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
                                    "get its changes from the sites that hold it")
-        con = self._con
         with self._transaction():
             cursor = self._seq
-            out: list[RelationChanges] = []
-            lineage: set[str] = set()
-            for n in names:
-                rel = self._rels[n]
-                rel_lineage = self.lineage(n)
-                lineage |= rel_lineage
-                if rel.is_base:
-                    tuples = con.sql(f"""SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}
-                        WHERE seq > {since} OR id IN (SELECT id FROM {SCHEMA}.cl WHERE rel = {quote_str(n)}
-                                                      AND seq > {since})""").to_arrow_table()
-                    monos = None
-                else:
-                    monos = con.sql(f"SELECT vid, ids FROM {rel.aug('m')} WHERE seq > {since}").to_arrow_table()
-                    tuples = con.sql(f"""SELECT DISTINCT ON (vid) vid, {cols_sql(rel)} FROM {rel.aug('m')}
-                                         WHERE seq > {since}""").to_arrow_table()
-                out.append(RelationChanges(
-                    name=n, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
-                    columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
-                    fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
-            rels = ", ".join(quote_str(r) for r in sorted(lineage)) or "NULL"
-            cl = con.sql(f"""SELECT id, rel, cl, kh, stamp FROM {SCHEMA}.cl
-                             WHERE seq > {since} AND rel IN ({rels})""").to_arrow_table()
+            out, cl = collect_changes(self._con, self._rels, names, since)
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
 
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> MergeResult:
         """Merge a changeset (or its bytes): atomic, idempotent and commutative.
 
         Relations this site does not hold are ignored; a relation whose schema differs from the
-        local declaration makes the whole merge fail with SchemaMismatchError, changing nothing.
+        local declaration makes the whole merge fail with changing nothing.
         With ``track=True`` the changeset's source cursor is recorded per (source site, relation)
         in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped.
         """
         self._check_open()
         # bytes are validated as they are decoded; an object built in Python is validated here
         cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
-        held, ignored = [], []
-        for rc in cs.relations:
-            rel = self._rels.get(rc.name)
-            if rel is None or rel.kind is RelationKind.VIEW:
-                ignored.append(rc.name)  # a local view is computed here from its inputs, never merged
-                continue
-            self._check_schema(rel, rc)
-            held.append((rel, rc))
-        con = self._con
-        registered: list[str] = []
+        held, ignored = held_relations(self._rels, cs)
+        inputs = MergeInputs(self._con, self._accepted)
         try:
-            with self._transaction(), _changeset_errors():
-                batch = Batch()
-                lineage: set[str] = set()
-                self._learn_lineage(held)
-                keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
-                for i, (rel, rc) in enumerate(held):
-                    lineage |= set(rc.lineage)
-                    idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
-                    check = self._tuple_check(rel, idcol)
-                    as_id = "id" if rel.is_base else "vid"
-                    expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
-                    if rc.kind is ChangeKind.BASE:
-                        # base tuples are read once (by one anti-join or one delta query): straight
-                        # from Arrow, checked there
-                        view = self._register(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name)
-                        tuples = f"(SELECT {check} AS {as_id}, {cols_sql(rel)} FROM {view})"
-                        if rel.is_base:
-                            batch.base[rel.name] = tuples
-                            if rel.key:
-                                keyed_hashes.append(f"SELECT id, {key_hash_sql(rel.name, rel.key_aug_columns)} AS kh "
-                                                    f"FROM {view}")
-                        else:
-                            batch.derived[rel.name] = (tuples, None)
-                        continue
-                    tuples = temp_table(self._load(f"_crr_in_t{i}", rc.tuples, registered, expected, rc.name,
-                                                   f"{check} AS {as_id}, {cols_sql(rel)}"))
-                    if rc.monos is None:
-                        raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
-                    monos = temp_table(self._load(f"_crr_in_m{i}", rc.monos, registered,
-                                       [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
-                                       "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
-                                       "THEN error('crr: a monomial without ids') ELSE ids END AS ids"))
-                    orphans = con.execute(f"""SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t
-                                              ON t.vid = m.vid""").fetchall()[0][0]
-                    if orphans:
-                        raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials "
-                                             "without their tuples")
-                    batch.derived[rel.name] = (tuples, monos)
-                if cs.cl is not None and cs.cl.num_rows and held:
-                    interest = set(lineage)
-                    for name in self._rels:
-                        interest |= self.lineage(name)
-                    # read straight from Arrow by the maintainer's one query over it (checked there)
-                    view = self._register("_crr_in_cl", cs.cl, registered,
-                                          [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
-                                           ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-                    batch.cl = self._cl_check(view, interest, keyed_hashes)
-                    nulls = cs.cl.column("kh").null_count
-                    batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
-                    names = cs.cl.column("rel").unique().to_pylist()
-                    batch.cl_relation = names[0] if len(names) == 1 else None
+            with self._transaction(), changeset_errors():
+                grown = grown_lineage(held)
+                if grown:  # staged: the committed catalog changes only if the merge commits
+                    self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], lineage=lin)
+                                                   for n, lin in grown.items())))
+                    self._con.executemany(LINEAGE_UPDATE_SQL, [[json.dumps(sorted(lin)), n] for n, lin in grown.items()])
+                batch = plan_merge(self._con, self._rels, cs, held, inputs, self.max_clock_skew)
                 result = self._apply(batch) if held else BatchResult()
                 if track:
-                    con.executemany(f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
-                        ON CONFLICT (peer, relation) DO UPDATE
-                        SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated""",
-                                    [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
+                    self._con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
         finally:
-            big = len(cs) > 10_000  # a small batch's input tables are replaced by the next merge
-            for name in registered:
-                try:
-                    if name.endswith("_arrow"):
-                        con.unregister(name)
-                    elif big:
-                        con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
-                except duckdb.Error:
-                    pass  # cleanup only: it must not hide the error that ended the merge
+            inputs.close(drop_tables=len(cs) > 10_000)
         return MergeResult(result, ignored)
-
-    def _learn_lineage(self, held: list[tuple[Relation, RelationChanges]]) -> None:
-        """Record the base relations a changeset says remote relations derive from.
-
-        A new catalog snapshot holding the grown lineages is staged (it replaces the committed one
-        only if the merge commits), and the stored catalog is updated in the transaction.
-        """
-        grown = {rel.name: rel.lineage | set(rc.lineage) for rel, rc in held
-                 if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
-        if not grown:
-            return
-        self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], lineage=frozenset(lin))
-                                       for n, lin in grown.items())))
-        for name in grown:
-            self._con.execute(f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?",
-                              [relation_row(self._rels[name], 0)[6], name])
-
-    def _tuple_check(self, rel: Relation, idcol: str) -> str:
-        """SQL yielding ``idcol`` of received tuples, aborting the merge (``error()``) when an id is not
-        the hash of its values or a column this site declares NOT NULL holds NULL."""
-        forged = quote_str(f"crr: tuple ids of {rel.name} do not match their values; the changeset is corrupt "
-                           "or forged")
-        whens = [f"WHEN {idcol} IS DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} THEN error({forged})"]
-        for name in rel.not_null:
-            null = quote_str(f"crr: relation {rel.name}: the changeset holds NULL in column {name}, which this "
-                             "site declares NOT NULL; declare it alike at every site (or without NOT NULL here)")
-            whens.append(f"WHEN {rel.aug_column(name)} IS NULL THEN error({null})")
-        return f"CASE {' '.join(whens)} ELSE {idcol} END"
-
-    def _cl_check(self, view: str, interest: set[str], keyed_hashes: list[str]) -> str:
-        """FROM text of a changeset's causal-length entries that concern this site, checked as they
-        are read (``error()`` aborts the merge; each message names the relation).
-
-        * id, relation and a length from 1 to :data:`MAX_CAUSAL_LENGTH` (room to keep growing);
-        * a stamp no further ahead of the local clock than ``max_clock_skew`` seconds;
-        * for a replicated table held here, a key hash exactly when the table is keyed, and equal to
-          the key hash recomputed from the values when the changeset carries them.
-        """
-        rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
-        limit = ((int((time.time() + self.max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
-        keyed = sorted(r.name for r in self._rels.values() if r.is_base and r.key)
-        unkeyed = sorted(r.name for r in self._rels.values() if r.is_base and not r.key)
-        joined = f"(SELECT * FROM {view} WHERE rel IN ({rels}))"
-        kh = "e.kh"
-        if keyed_hashes:
-            joined = f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({' UNION ALL '.join(keyed_hashes)}) h "                      "ON h.id = e.id)"
-            kh = "CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "                  "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "                  "changeset is corrupt or forged') ELSE e.kh END"
-        keyed_sql = ", ".join(quote_str(r) for r in keyed) or "NULL"
-        unkeyed_sql = ", ".join(quote_str(r) for r in unkeyed) or "NULL"
-        return f"""(SELECT id, rel, CASE
-                WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
-                    error('crr: causal-length entries need an id, a relation and a length >= 1')
-                WHEN cl > {MAX_CAUSAL_LENGTH} THEN
-                    error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
-                WHEN stamp > {limit}::UHUGEINT THEN
-                    error('crr: a stamp of ' || rel || ' is more than {self.max_clock_skew:g} s ahead of this site''s '
-                          || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
-                WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
-                    error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
-                WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
-                    error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
-                ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
 
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
@@ -826,47 +650,3 @@ class Site:
         self._check_open()
         return self._con.execute(f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors "
                                  "ORDER BY peer, relation").fetchall()
-
-    def _check_schema(self, rel: Relation, rc: RelationChanges) -> None:
-        local = [(c.name, c.type) for c in rel.columns]
-        if [tuple(c) for c in rc.columns] != local:
-            raise SchemaMismatchError(
-                f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
-                f"declares {rel.schema_text()}; declare the relation with the same columns and types")
-        if rel.is_base and rc.kind is not ChangeKind.BASE:
-            raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
-                                      "at the source; a replicated table merges only replicas of itself")
-        extra = [c for c in rel.not_null if c not in rc.not_null]
-        if extra:
-            # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
-            raise SchemaMismatchError(
-                f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
-                f"source {'does not' if rc.kind is ChangeKind.BASE else '(a view) cannot'} guarantee it; declare the relation "
-                "here without that NOT NULL, or NOT NULL at the source too")
-        if rel.is_base and list(rc.key) != list(rel.key):
-            raise SchemaMismatchError(
-                f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
-                f"declares {rel.schema_text()}; the primary keys differ")
-
-    def _register(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
-                  what: str) -> str:
-        """Register an Arrow table as a view after checking its column names and types; return the view."""
-        con = self._con
-        view = f"{name}_arrow"
-        con.register(view, table)
-        registered.append(view)  # unregistered by the caller once the transaction has ended
-        key = tuple(expected)
-        if not table.schema.equals(self._accepted.get(key, pa.schema([]))):
-            got = [(r[0], r[1]) for r in con.execute(f"DESCRIBE {view}").fetchall()]
-            if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
-                raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
-            self._accepted[key] = table.schema  # the next payload with this Arrow schema needs no DESCRIBE
-        return view
-
-    def _load(self, name: str, table: pa.Table, registered: list[str], expected: list[tuple[str, str]],
-              what: str, select: str = "*") -> str:
-        """Copy an Arrow table into a temp table after checking its column names and types."""
-        view = self._register(name, table, registered, expected, what)
-        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view}")
-        registered.append(name)
-        return name

@@ -1,0 +1,258 @@
+"""Merging a changeset: checking it against the site's schemas and turning it into a batch.
+
+:func:`plan_merge` reads a validated :class:`~crr.changeset.Changeset` into a
+:class:`~crr.maintain.Batch` for the maintainer, inside the site's merge transaction. Every value
+that could be forged is checked as it is read, by SQL that aborts the merge with ``error('crr: ...')``
+(:func:`changeset_errors` turns that into a :class:`ChangesetError`):
+
+* a tuple id must be the hash of its values, and a column this site declares NOT NULL must hold a
+  value (:func:`tuple_check_sql`);
+* a causal-length entry needs an id, a relation and a length from 1 to :data:`MAX_CAUSAL_LENGTH`, a
+  stamp at most ``max_clock_skew`` seconds ahead, and a key hash exactly when its replicated table
+  is keyed, equal to the one recomputed from the values the changeset carries (:func:`cl_check_sql`).
+
+Schemas are compared before any data is read (:func:`check_schema`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from crr.catalog import SCHEMA, Catalog, Relation
+from crr.changeset import ChangeKind, Changeset, RelationChanges
+from crr.errors import ChangesetError, SchemaMismatchError
+from crr.maintain import Batch, BatchResult, cols_sql, temp_table
+from crr.types import key_hash_sql, quote_str, tuple_id_sql
+from sql.statements import RelationKind
+
+MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
+
+CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
+    ON CONFLICT (peer, relation) DO UPDATE
+    SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated"""
+"""Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
+
+LINEAGE_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?"
+"""Store a relation's grown lineage: parameters (lineage as JSON, name)."""
+
+
+class MergeResult(dict):
+    """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
+
+    ``inserted``/``deleted`` count APP rows; ``new_tuples`` AUG tuples added to a replicated table;
+    ``new_monomials`` derivations added to a view, remote table or remote source.
+
+    Attributes: ``cl_changed`` (causal-length entries that grew), ``ignored`` (relations in the
+    changeset this site does not hold), ``changed`` (whether anything was written).
+    """
+
+    def __init__(self, result: BatchResult, ignored: list[str]) -> None:
+        super().__init__({k: v.as_dict() for k, v in result.relations.items()})
+        self.cl_changed = result.cl_changed
+        self.ignored = ignored
+        self.changed = result.changed
+
+
+@contextlib.contextmanager
+def changeset_errors() -> Iterator[None]:
+    """Every DuckDB failure inside a merge is a ChangesetError: the checks that abort a merge from inside
+    SQL (``error('crr: ...')``) with their own message, anything else with DuckDB's."""
+    try:
+        yield
+    except duckdb.Error as e:
+        text = str(e)
+        if "crr: " in text:
+            raise ChangesetError("malformed changeset: " + text.split("crr: ", 1)[1].strip()) from None
+        raise ChangesetError(f"the changeset could not be merged ({type(e).__name__}: {text.strip()}); "
+                             "nothing was changed") from None
+
+
+def held_relations(catalog: Catalog, cs: Changeset) -> tuple[list[tuple[Relation, RelationChanges]], list[str]]:
+    """The changeset's relations this site merges (schemas checked), and the names it ignores:
+    relations it does not hold, and its own views (computed here from their inputs, never merged)."""
+    held, ignored = [], []
+    for rc in cs.relations:
+        rel = catalog.get(rc.name)
+        if rel is None or rel.kind is RelationKind.VIEW:
+            ignored.append(rc.name)
+            continue
+        check_schema(rel, rc)
+        held.append((rel, rc))
+    return held, ignored
+
+
+def check_schema(rel: Relation, rc: RelationChanges) -> None:
+    """Refuse (SchemaMismatchError) a relation's changes whose schema differs from the local declaration."""
+    local = [(c.name, c.type) for c in rel.columns]
+    if [tuple(c) for c in rc.columns] != local:
+        raise SchemaMismatchError(
+            f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
+            f"declares {rel.schema_text()}; declare the relation with the same columns and types")
+    if rel.is_base and rc.kind is not ChangeKind.BASE:
+        raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
+                                  "at the source; a replicated table merges only replicas of itself")
+    extra = [c for c in rel.not_null if c not in rc.not_null]
+    if extra:
+        # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
+        raise SchemaMismatchError(
+            f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
+            f"source {'does not' if rc.kind is ChangeKind.BASE else '(a view) cannot'} guarantee it; declare the "
+            "relation here without that NOT NULL, or NOT NULL at the source too")
+    if rel.is_base and list(rc.key) != list(rel.key):
+        raise SchemaMismatchError(
+            f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
+            f"declares {rel.schema_text()}; the primary keys differ")
+
+
+def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, frozenset[str]]:
+    """The remote tables and sources whose lineage the changeset extends, with their new lineage."""
+    return {rel.name: rel.lineage | frozenset(rc.lineage) for rel, rc in held
+            if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
+
+
+def tuple_check_sql(rel: Relation, idcol: str) -> str:
+    """SQL yielding ``idcol`` of received tuples, aborting the merge (``error()``) when an id is not
+    the hash of its values or a column this site declares NOT NULL holds NULL."""
+    forged = quote_str(f"crr: tuple ids of {rel.name} do not match their values; the changeset is corrupt "
+                       "or forged")
+    whens = [f"WHEN {idcol} IS DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} THEN error({forged})"]
+    for name in rel.not_null:
+        null = quote_str(f"crr: relation {rel.name}: the changeset holds NULL in column {name}, which this "
+                         "site declares NOT NULL; declare it alike at every site (or without NOT NULL here)")
+        whens.append(f"WHEN {rel.aug_column(name)} IS NULL THEN error({null})")
+    return f"CASE {' '.join(whens)} ELSE {idcol} END"
+
+
+def cl_check_sql(catalog: Catalog, view: str, interest: set[str], keyed_hashes: list[str],
+                 max_clock_skew: float) -> str:
+    """FROM text of a changeset's causal-length entries (registered as ``view``) that concern this
+    site (relations in ``interest``), checked as they are read (``error()`` aborts the merge; each
+    message names the relation); ``keyed_hashes`` are queries of (id, kh) recomputed from values."""
+    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
+    limit = ((int((time.time() + max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
+    keyed = sorted(r.name for r in catalog.values() if r.is_base and r.key)
+    unkeyed = sorted(r.name for r in catalog.values() if r.is_base and not r.key)
+    joined = f"(SELECT * FROM {view} WHERE rel IN ({rels}))"
+    kh = "e.kh"
+    if keyed_hashes:
+        joined = (f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({' UNION ALL '.join(keyed_hashes)}) h "
+                  "ON h.id = e.id)")
+        kh = ("CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "
+              "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "
+              "changeset is corrupt or forged') ELSE e.kh END")
+    keyed_sql = ", ".join(quote_str(r) for r in keyed) or "NULL"
+    unkeyed_sql = ", ".join(quote_str(r) for r in unkeyed) or "NULL"
+    return f"""(SELECT id, rel, CASE
+            WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
+                error('crr: causal-length entries need an id, a relation and a length >= 1')
+            WHEN cl > {MAX_CAUSAL_LENGTH} THEN
+                error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
+            WHEN stamp > {limit}::UHUGEINT THEN
+                error('crr: a stamp of ' || rel || ' is more than {max_clock_skew:g} s ahead of this site''s '
+                      || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
+            WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
+                error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
+            WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
+                error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
+            ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
+
+
+class MergeInputs:
+    """The Arrow tables of one merge, registered with the connection (and some copied into temp
+    tables), checked against the columns expected; :meth:`close` releases them after the transaction.
+
+    ``accepted`` caches, per expected column list, the Arrow schema already checked (shared by the
+    site's merges, so a stream of like changesets needs no DESCRIBE each time).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, accepted: dict[tuple, pa.Schema]) -> None:
+        self.con = con
+        self.accepted = accepted
+        self.names: list[str] = []
+
+    def register(self, name: str, table: pa.Table, expected: list[tuple[str, str]], what: str) -> str:
+        """Register an Arrow table as a view after checking its column names and types; return the view."""
+        view = f"{name}_arrow"
+        self.con.register(view, table)
+        self.names.append(view)
+        key = tuple(expected)
+        if not table.schema.equals(self.accepted.get(key, pa.schema([]))):
+            got = [(r[0], r[1]) for r in self.con.execute(f"DESCRIBE {view}").fetchall()]
+            if [(n.lower(), t) for n, t in got] != [(n.lower(), t) for n, t in expected]:
+                raise ChangesetError(f"malformed changeset: {what} has columns {got}, expected {expected}")
+            self.accepted[key] = table.schema
+        return view
+
+    def load(self, name: str, table: pa.Table, expected: list[tuple[str, str]], what: str, select: str) -> str:
+        """Copy an Arrow table into a temp table (``select`` over its columns) after checking it; return
+        the temp table's qualified name."""
+        view = self.register(name, table, expected, what)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {select} FROM {view}")
+        self.names.append(name)
+        return temp_table(name)
+
+    def close(self, drop_tables: bool) -> None:
+        """Unregister the Arrow views; drop the temp tables too if ``drop_tables`` (a large merge's:
+        a small merge's are replaced by the next one)."""
+        for name in self.names:
+            try:
+                if name.endswith("_arrow"):
+                    self.con.unregister(name)
+                elif drop_tables:
+                    self.con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
+            except duckdb.Error:
+                pass  # cleanup only: it must not hide the error that ended the merge
+        self.names.clear()
+
+
+def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
+               held: list[tuple[Relation, RelationChanges]], inputs: MergeInputs, max_clock_skew: float) -> Batch:
+    """The batch of a changeset's held relations and causal lengths, every input checked as it is read."""
+    batch = Batch()
+    lineage: set[str] = set()
+    keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
+    for i, (rel, rc) in enumerate(held):
+        lineage |= set(rc.lineage)
+        idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
+        check = tuple_check_sql(rel, idcol)
+        as_id = "id" if rel.is_base else "vid"
+        expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
+        if rc.kind is ChangeKind.BASE:
+            # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
+            view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
+            tuples = f"(SELECT {check} AS {as_id}, {cols_sql(rel)} FROM {view})"
+            if rel.is_base:
+                batch.base[rel.name] = tuples
+                if rel.key:
+                    keyed_hashes.append(f"SELECT id, {key_hash_sql(rel.name, rel.key_aug_columns)} AS kh FROM {view}")
+            else:
+                batch.derived[rel.name] = (tuples, None)
+            continue
+        tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name, f"{check} AS {as_id}, {cols_sql(rel)}")
+        if rc.monos is None:
+            raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
+        monos = inputs.load(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
+                            "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
+                            "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
+        orphans = con.execute(f"SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t ON t.vid = m.vid").fetchall()[0][0]
+        if orphans:
+            raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials without their tuples")
+        batch.derived[rel.name] = (tuples, monos)
+    if cs.cl is not None and cs.cl.num_rows and held:
+        interest = set(lineage)
+        for name in catalog:
+            interest |= catalog.lineage(name)
+        # read straight from Arrow by the maintainer's one query over it (checked there)
+        view = inputs.register("_crr_in_cl", cs.cl, [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
+                                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
+        batch.cl = cl_check_sql(catalog, view, interest, keyed_hashes, max_clock_skew)
+        nulls = cs.cl.column("kh").null_count
+        batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
+        names = cs.cl.column("rel").unique().to_pylist()
+        batch.cl_relation = names[0] if len(names) == 1 else None
+    return batch
