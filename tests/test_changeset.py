@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 import crr
+from crr import point
 from crr import changeset
 from crr.types import Column, tuple_id_sql
 from tests import fuzz_merge_child as fz
@@ -128,10 +129,30 @@ def test_local_write_failure_midway_rolls_back(monkeypatch):
         raise RuntimeError("injected failure while patching the APP layer")
 
     monkeypatch.setattr(maintain.Maintainer, "_patch_base", boom)
+    monkeypatch.setattr(point, "POINT_ROWS", -1)  # the batch path
     with pytest.raises(RuntimeError):
         a.execute("INSERT INTO t VALUES (3, 'z')")
     monkeypatch.undo()
     assert _snapshot(a) == state
+
+
+def test_point_write_failure_midway_rolls_back(monkeypatch):
+    a, _ = _pair()
+    state = _snapshot(a)
+    original = point.PointWrite._run
+
+    def boom(self, sql, params):
+        if sql.startswith("INSERT INTO main."):  # the APP insert, after the AUG rows were written
+            raise RuntimeError("injected failure while patching the APP layer")
+        return original(self, sql, params)
+
+    monkeypatch.setattr(point.PointWrite, "_run", boom)
+    with pytest.raises(RuntimeError):
+        a.execute("INSERT INTO t VALUES (3, 'z')")
+    monkeypatch.undo()
+    assert _snapshot(a) == state
+    a.execute("INSERT INTO t VALUES (3, 'z')")  # and the site still works
+    assert (3, "z") in app(a, "t")
 
 
 def test_views_replicate_to_other_sites():
