@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # Site and Changeset are imported lazily so that `sql` (which crr.site imports) can import
+    # Site and Changeset are imported lazily so that `crr.sql` (which crr.site imports) can import
     # crr.errors without a circular import.
     if name == "Site":
         from crr.site import Site

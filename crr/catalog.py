@@ -39,8 +39,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from crr.types import Column, quote_ident
-from sql.compile import ViewPlan
-from sql.statements import RelationKind
+from crr.sql.compile import ViewPlan
+from crr.sql.statements import RelationKind
 
 SCHEMA = "_crr"
 STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)

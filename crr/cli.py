@@ -33,12 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--network", action="store_true",
                       help="run the six sites as crr serve processes on loopback, cutting and restoring links")
     try:
-        from experiments.cli import add_parser as add_bench
+        from crr.bench.cli import add_parser as add_bench
     except ImportError:  # the bench extras (rich, matplotlib) are not installed
         add_bench = None
     if add_bench is not None:
         add_bench(sub)
-    from sync.commands import add_parsers as add_sync
+    from crr.sync.commands import add_parsers as add_sync
     add_sync(sub)
     return parser
 
@@ -65,16 +65,16 @@ def describe_os_error(e: OSError) -> str:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo" and args.network:
-        from sync.demo import run as network_demo
+        from crr.sync.demo import run as network_demo
         return 0 if network_demo(args.dir) else EXIT_FAILURE
     if args.command == "demo":
         from crr.demo import run
         run(args.dir)
         return 0
     if args.command == "bench":
-        from experiments.cli import run as bench
+        from crr.bench.cli import run as bench
         return bench(args)
-    from sync.commands import run as sync_command
+    from crr.sync.commands import run as sync_command
     return sync_command(args)
 
 

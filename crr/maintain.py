@@ -38,7 +38,7 @@ from sqlglot import exp
 
 from crr.catalog import Relation
 from crr.types import quote_ident, quote_str, tuple_id_sql
-from sql.compile import IDS
+from crr.sql.compile import IDS
 
 MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
 

@@ -28,7 +28,7 @@ from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
 from crr.maintain import Batch, BatchResult, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
-from sql.statements import RelationKind
+from crr.sql.statements import RelationKind
 
 MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
 

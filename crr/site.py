@@ -25,9 +25,9 @@ from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, Merge
                        grown_lineage, held_relations, plan_merge)
 from crr.types import Column, quote_ident, type_family
 from crr.writes import prepare_write
-from sql import dml
-from sql.compile import compile_view
-from sql.statements import (CreateTable, CreateView, Dml, DmlKind, Drop, Other, RelationKind, classify,
+from crr.sql import dml
+from crr.sql.compile import compile_view
+from crr.sql.statements import (CreateTable, CreateView, Dml, DmlKind, Drop, Other, RelationKind, classify,
                             fold_identifier)
 
 _DUCKDB_ERRORS: list[tuple[type, type]] = [
@@ -141,7 +141,7 @@ class Site:
                           "WHERE k IN ('seq', 'hlc')", [str(self._seq), str(self._clock.last)])
 
     def _compile(self, name: str, sql: str):
-        from sql.statements import parse_one
+        from crr.sql.statements import parse_one
         return self._compile_tree(name, parse_one(sql))
 
     def _compile_tree(self, name: str, tree):

@@ -6,7 +6,7 @@ import argparse
 
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from experiments import report
+from crr.bench import report
 
 QUICK = {
     "paper": dict(sizes="2000,4000", batch=1000, repeat=2),
@@ -104,13 +104,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _dispatch(name: str, args: argparse.Namespace, say):
     if name == "paper":
-        from experiments import paper
+        from crr.bench import paper
         records = paper.run(_ints(args.sizes), args.batch, args.repeat, say)
         report.paper_table(records)
         return records, lambda d: report.paper_plots(records, d)
     if name == "spark":
-        from experiments import paper
-        from experiments.gupta_spark import stop_spark
+        from crr.bench import paper
+        from crr.bench.gupta_spark import stop_spark
         try:
             records = paper.run(_ints(args.sizes), args.batch, args.repeat, say,
                                 algorithms=("crr", "gupta-duckdb", "gupta-spark"))
@@ -119,24 +119,24 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         report.paper_table(records, baseline="gupta-spark")
         return records, lambda d: report.paper_plots(records, d)
     if name == "writes":
-        from experiments import writes
+        from crr.bench import writes
         records = writes.run(args.ops, say)
         report.writes_table(records)
         return records, lambda d: []
     if name == "merge":
-        from experiments import merge
+        from crr.bench import merge
         records = merge.run(_ints(args.sizes), args.repeat, say)
         report.simple_table("merge of one changeset into replica + pi_BC + join view", records,
                             [("changes", "n"), ("median s", "seconds"), ("rows/s", "rows_per_second"),
                              ("bytes", "changeset_bytes")])
         return records, lambda d: [report.xy_plot(records, d, "merge", "changes per changeset")]
     if name == "recompute":
-        from experiments import recompute
+        from crr.bench import recompute
         records = recompute.run(args.base, _ints(args.deltas), args.repeat, say)
         report.recompute_table(records, args.base)
         return records, lambda d: [report.xy_plot(records, d, "recompute", "delta rows")]
     if name == "sync":
-        from experiments import sync_bench
+        from crr.bench import sync_bench
         records = sync_bench.run(args.writes, args.partition_rows, say)
         lat, heal = records
         report.console.print(f"write visible at the connected peer: median {lat['p50'] * 1e3:.1f} ms, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from experiments.data import PLAIN_R1, PLAIN_R2
+from crr.bench.data import PLAIN_R1, PLAIN_R2
 
 
 class GuptaDuckDB:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from crr.changeset import Changeset
 from crr.site import Site
-from experiments.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from crr.bench.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 
 
 def _site(path: str) -> Site:

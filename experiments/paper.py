@@ -6,7 +6,7 @@ crr's view site declares R1 and R2 as remote sources (no readable copy; their tu
 only where a view joins them, as in the paper) and merges the changesets; Gupta's view site
 applies the same rows by counting. Every side runs against its own DuckDB file. Only the view
 sites' work is timed. The time for N is the time to process the first N inserts (or deletes) of
-the stream; state and file sizes are measured (see :mod:`experiments.state`) at each N in the first
+the stream; state and file sizes are measured (see :mod:`crr.bench.state`) at each N in the first
 repetition, outside the timed region (the CHECKPOINT that file sizes need is not timed either).
 """
 
@@ -19,10 +19,10 @@ import time
 from typing import Callable
 
 from crr.site import Site
-from experiments.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
-from experiments.gupta_duckdb import GuptaDuckDB
-from experiments.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state
-from experiments.streams import paper_streams
+from crr.bench.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from crr.bench.gupta_duckdb import GuptaDuckDB
+from crr.bench.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state
+from crr.bench.streams import paper_streams
 
 Progress = Callable[[str], None]
 
@@ -77,7 +77,7 @@ class _GuptaDuckDB:
 
 class _GuptaSpark:
     def __init__(self, path: str, view: str, streams) -> None:
-        from experiments.gupta_spark import GuptaSpark
+        from crr.bench.gupta_spark import GuptaSpark
         self.g = GuptaSpark(view, streams.r2_rows)
 
     def apply(self, batch) -> None:

@@ -18,8 +18,8 @@ import duckdb
 
 from crr.changeset import Changeset
 from crr.site import Site
-from experiments.data import PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
-from experiments.gupta_duckdb import GuptaDuckDB
+from crr.bench.data import PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from crr.bench.gupta_duckdb import GuptaDuckDB
 
 
 def run(base: int, deltas: list[int], repeat: int, progress: Callable[[str], None] = lambda s: None) -> list[dict]:

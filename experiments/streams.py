@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from crr.changeset import Changeset, RelationChanges
 from crr.site import Site
-from experiments.data import ddl
+from crr.bench.data import ddl
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 * latency: a single-row INSERT at A until the row is visible at B (B polls its APP table every
   millisecond on its own service thread), median and p99 over ``writes`` writes;
-* reconvergence: A and B are partitioned (through a :class:`sync.faults.FaultProxy`), A writes
+* reconvergence: A and B are partitioned (through a :class:`crr.sync.faults.FaultProxy`), A writes
   ``partition_rows`` rows, the partition heals; time until B has them all;
 * wire bytes per changed tuple: bytes through the proxy during that catch-up, per row.
 """
@@ -16,9 +16,9 @@ import time
 from typing import Callable
 
 from crr.site import Site
-from experiments.data import r1_rows
-from sync.faults import FaultProxy
-from sync.service import SyncService
+from crr.bench.data import r1_rows
+from crr.sync.faults import FaultProxy
+from crr.sync.service import SyncService
 
 SECRET = b"bench-secret-0123456789abcdef"
 

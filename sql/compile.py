@@ -25,8 +25,8 @@ from typing import Callable
 from sqlglot import exp
 
 from crr.errors import CatalogError, SqlError
-from sql.statements import DIALECT
-from sql.validate import validate_view_query
+from crr.sql.statements import DIALECT
+from crr.sql.validate import validate_view_query
 
 IDS = "_crr_ids"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from crr.errors import SqlError, UnsupportedSqlError
-from sql.statements import DIALECT
+from crr.sql.statements import DIALECT
 
 
 @dataclass

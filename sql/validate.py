@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from crr.errors import UnsupportedSqlError
-from sql.statements import DIALECT
+from crr.sql.statements import DIALECT
 
 NON_DETERMINISTIC = {
     "random", "rand", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "now", "current_timestamp",

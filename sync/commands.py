@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 # -- checks shared by the commands --------------------------------------------------------------------
 def load_secret(path: str | None) -> bytes:
     """The deployment secret from ``--secret-file`` (checked: exists, readable, long enough) or $CRR_SECRET."""
-    from sync.crypto import load_secret as from_file_or_env
+    from crr.sync.crypto import load_secret as from_file_or_env
     if path is None:
         return from_file_or_env(None)
     if not os.path.exists(path):
@@ -185,7 +185,7 @@ def check_db_path(db: str) -> None:
 
 def check_socket_path(db: str, fix: str = "move the site file to a shorter path") -> None:
     """Refuse a ``--db`` whose control socket path (``<db>.sock``) is too long for a Unix socket."""
-    from sync.control import socket_path
+    from crr.sync.control import socket_path
     path = socket_path(db)
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise UsageError(f"the control socket {path} would be longer than the {MAX_SOCKET_PATH} bytes a Unix "
@@ -229,7 +229,7 @@ def require_site(db: str, create: bool, how: str = "give --create") -> None:
 
 def _explained(db: str, e: SiteError) -> SiteError:
     """``e``, or a clearer error if it is DuckDB's refusal of a file another process holds."""
-    from sync.control import server_running
+    from crr.sync.control import server_running
     if "lock" not in str(e).lower():
         return e
     held = "crr serve is running for it" if server_running(db) else "another process holds it open"
@@ -282,8 +282,8 @@ def check_listen(host: str, port: int) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sync.control import socket_path
-    from sync.service import SyncService
+    from crr.sync.control import socket_path
+    from crr.sync.service import SyncService
     secret = load_secret(args.secret_file)
     check_db_path(args.db)
     check_socket_path(args.db)
@@ -307,7 +307,7 @@ def _serve(args: argparse.Namespace) -> int:
                 raise CrrError(_bind_problem(*args.listen, e)) from None
             raise CrrError(f"cannot start serving {args.db}: {describe_os_error(e)}") from None
         if args.discover:
-            from sync.discovery import Discovery
+            from crr.sync.discovery import Discovery
             try:
                 discovery = Discovery(site.site_id, service.address, service.add_peer).start()
             except OSError as e:
@@ -331,8 +331,8 @@ def _serve(args: argparse.Namespace) -> int:
 # -- crr sql and crr status ---------------------------------------------------------------------------
 def _request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
     """One control request to the crr serve holding ``db``; a refused secret is explained."""
-    from sync.control import request
-    from sync.crypto import AuthError
+    from crr.sync.control import request
+    from crr.sync.crypto import AuthError
     try:
         return request(db, secret, message)
     except AuthError as e:
@@ -382,7 +382,7 @@ class _LocalSite:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    from sync.control import server_running
+    from crr.sync.control import server_running
     if args.statement is not None and not args.statement.strip():
         raise UsageError("the statement is empty; give one SQL statement, or none for a shell")
     secret = load_secret(args.secret_file) if args.secret_file else None
@@ -419,7 +419,7 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from sync.control import server_running
+    from crr.sync.control import server_running
     secret = load_secret(args.secret_file) if args.secret_file else None
     status: dict[str, Any]
     if server_running(args.db):

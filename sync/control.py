@@ -13,9 +13,9 @@ import os
 from typing import Any
 
 from crr.errors import CrrError
-from sync import crypto
-from sync import handshake
-from sync.protocol import ProtocolError, decode, encode, frame, read_frame
+from crr.sync import crypto
+from crr.sync import handshake
+from crr.sync.protocol import ProtocolError, decode, encode, frame, read_frame
 
 
 def socket_path(db: str) -> str:

@@ -1,6 +1,6 @@
 """``crr demo --network``: the Figure 1 topology as six ``crr serve`` processes on loopback.
 
-Every link goes through a :class:`sync.faults.FaultProxy`, so the demo can cut links (partition) and
+Every link goes through a :class:`crr.sync.faults.FaultProxy`, so the demo can cut links (partition) and
 restore them. Statements reach each process through its control channel, as ``crr sql`` does.
 """
 
@@ -18,9 +18,9 @@ from typing import Callable
 from crr.demo import R0, SHOW, prepare_folder
 from crr.errors import CrrError
 from crr.site import Site
-from sync.commands import check_socket_path
-from sync.control import request
-from sync.faults import FaultProxy
+from crr.sync.commands import check_socket_path
+from crr.sync.control import request
+from crr.sync.faults import FaultProxy
 
 # (downstream site, upstream site): the downstream site dials the upstream one and pulls from it
 LINKS = [("s1", "s0"), ("s2", "s0"), ("s3", "s1"), ("s4", "s0"), ("s4", "s1"), ("s5", "s2"), ("s5", "s3"), ("s5", "s4")]

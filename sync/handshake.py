@@ -15,8 +15,8 @@ from typing import Callable
 
 import msgpack
 
-from sync import crypto
-from sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
+from crr.sync import crypto
+from crr.sync.protocol import PROTOCOL_VERSION, ProtocolError, decode, encode, frame, read_frame
 
 HANDSHAKE_FRAME = 64 * 1024  # handshake frames are tiny; refuse anything larger
 MAX_SITE_ID = 200  # characters

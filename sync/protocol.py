@@ -1,7 +1,7 @@
 """The wire protocol: length-prefixed msgpack frames over TCP (or a Unix socket for local control).
 
 Frame: 4-byte big-endian length, then the body (at most ``MAX_FRAME`` bytes). The handshake's
-messages are plaintext frames; every later frame body is sealed (see :mod:`sync.crypto`) and decodes
+messages are plaintext frames; every later frame body is sealed (see :mod:`crr.sync.crypto`) and decodes
 to a msgpack map with a type key ``t`` whose fields :func:`check_message` validates. Frames being
 received count against a :class:`MemoryBudget` shared by all connections. See ``sync/PROTOCOL.md``.
 """

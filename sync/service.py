@@ -4,7 +4,7 @@ It runs an asyncio event loop in a background thread that owns the :class:`crr.S
 connections are not for concurrent use, so every site call happens on that thread). It listens for
 peers, dials static peers (reconnecting with backoff), authenticates every connection (the
 deployment secret proves membership, the site's key pair proves which site is talking; see
-:mod:`sync.crypto`), and pulls:
+:mod:`crr.sync.crypto`), and pulls:
 
 * for every relation the local site holds as a replicated or remote table that a connected peer
   serves with the same schema fingerprint and may write here, it asks for the changes after the
@@ -15,7 +15,7 @@ deployment secret proves membership, the site's key pair proves which site is ta
 * a peer that has new changes (a local write, or a merge that changed something) sends a short
   ``notice`` to all connected peers, which then pull; a slow periodic pull covers lost notices.
 
-Every received message is validated field by field (:func:`sync.protocol.check_message`), and the
+Every received message is validated field by field (:func:`crr.sync.protocol.check_message`), and the
 bytes of frames being received count against one memory budget shared by all connections.
 
 Only the public crr API is used: ``Site.changes``, ``Site.merge``, ``Site.peer_cursor``, ``Changeset``.
@@ -35,10 +35,10 @@ from typing import Any, Callable
 from crr.changeset import Changeset
 from crr.errors import CrrError
 from crr.site import Site
-from sync import crypto, handshake
-from sync.protocol import (CONTROL_MESSAGES, PEER_MESSAGES, MemoryBudget, ProtocolError, body_timeout,
+from crr.sync import crypto, handshake
+from crr.sync.protocol import (CONTROL_MESSAGES, PEER_MESSAGES, MemoryBudget, ProtocolError, body_timeout,
                            check_message, decode, encode, frame, read_body, read_header)
-from sync.rules import check_write_rules
+from crr.sync.rules import check_write_rules
 
 log = logging.getLogger("crr.sync")
 

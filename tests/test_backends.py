@@ -57,7 +57,7 @@ def _duckdb_results(plans):
 @pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (Java 17 is on CI)")
 def test_plans_give_the_same_rows_on_spark_and_duckdb():
     pytest.importorskip("pyspark")
-    from experiments.gupta_spark import spark_session
+    from crr.bench.gupta_spark import spark_session
     spark = spark_session()
     for table, rows, schema in (("r", R, "c0 int, c1 int, _crr_ids array<int>"),
                                 ("q", Q, "c0 int, c1 int, _crr_ids array<int>")):

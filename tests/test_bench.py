@@ -90,7 +90,7 @@ def test_bench_paper(tmp_path):
 
 def _tables(con) -> set[str]:
     """Persistent tables of a connection, named as state parts name them."""
-    from experiments.state import part_name
+    from crr.bench.state import part_name
     return {part_name(s, t) for s, t in con.execute(
         "SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
 
@@ -99,9 +99,9 @@ def test_state_accounting(tmp_path):
     """Every part names a table of the site; every table a join view site keeps for the view is counted;
     a table the engine might add later is counted too; Gupta's parts are exactly its tables."""
     from crr.site import Site
-    from experiments.data import VIEWS, ddl, r1_rows, r2_rows
-    from experiments.gupta_duckdb import GuptaDuckDB
-    from experiments.state import crr_state, gupta_state
+    from crr.bench.data import VIEWS, ddl, r1_rows, r2_rows
+    from crr.bench.gupta_duckdb import GuptaDuckDB
+    from crr.bench.state import crr_state, gupta_state
 
     path = str(tmp_path / "view.duckdb")
     src = Site(site_id="src")
@@ -170,7 +170,7 @@ def test_bench_recompute(tmp_path):
 
 def test_recompute_table_prints_ratio(capsys):
     """The printed table carries recompute / crr for each delta, and the lines for issue 9's targets."""
-    from experiments import report
+    from crr.bench import report
     recs = [{"n": n, "algorithm": a, "seconds": s} for n in (1, 1000)
             for a, s in (("crr", 0.01), ("gupta-duckdb", 0.002), ("recompute-duckdb", 0.04))]
     with report.console.capture() as cap:

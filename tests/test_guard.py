@@ -18,7 +18,7 @@ import pytest
 
 import crr
 from crr.errors import UnsupportedSqlError
-from sql.statements import Other, classify
+from crr.sql.statements import Other, classify
 
 VIEW_QUERY = "SELECT a, b FROM t WHERE a > 1"
 

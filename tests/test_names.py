@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import crr
 from crr.types import quote_ident
-from sql.statements import fold_identifier
+from crr.sql.statements import fold_identifier
 
 # crr's internal column names, names of its query aliases and generated columns, SQL keywords, and
 # names with characters that break text pasted into SQL

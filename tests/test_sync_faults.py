@@ -6,8 +6,8 @@ import random
 import time
 
 import crr
-from sync.faults import Faults, FaultProxy
-from sync.service import SyncService
+from crr.sync.faults import Faults, FaultProxy
+from crr.sync.service import SyncService
 from tests.test_sync_service import SECRET, rows, wait_for
 
 DDL = ("CREATE REPLICATED TABLE r (a INT, b INT, PRIMARY KEY (a))",)

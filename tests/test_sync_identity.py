@@ -10,8 +10,8 @@ import stat
 import pytest
 
 import crr
-from sync import crypto, handshake
-from sync.service import SyncService
+from crr.sync import crypto, handshake
+from crr.sync.service import SyncService
 from tests.test_sync_service import SECRET, _site, rows, wait_for
 
 

@@ -13,9 +13,9 @@ import duckdb
 import pytest
 
 import crr
-from sync import control, crypto, handshake
-from sync.protocol import MAX_CURSOR, PEER_MESSAGES, ProtocolError, check_message, frame
-from sync.service import SyncService
+from crr.sync import control, crypto, handshake
+from crr.sync.protocol import MAX_CURSOR, PEER_MESSAGES, ProtocolError, check_message, frame
+from crr.sync.service import SyncService
 from tests.test_sync_service import SECRET, _site, rows, wait_for
 
 KiB = 1024

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 import pytest
 
 import crr
-from sync.rules import WriteRuleError, check_write_rules
-from sync.service import SyncService
+from crr.sync.rules import WriteRuleError, check_write_rules
+from crr.sync.service import SyncService
 from tests.test_sync_service import SECRET, _site, rows, wait_for
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import crr
-from sync.protocol import PROTOCOL_VERSION, encode, frame
-from sync.service import SyncService
+from crr.sync.protocol import PROTOCOL_VERSION, encode, frame
+from crr.sync.service import SyncService
 
 SECRET = b"s" * 32
 
@@ -187,7 +187,7 @@ def test_schema_mismatch_is_logged_and_not_pulled(tmp_path):
 
 
 def test_discovery_on_loopback(tmp_path):
-    from sync.discovery import Discovery
+    from crr.sync.discovery import Discovery
     a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
     sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
     sb = SyncService(b, SECRET, listen=("127.0.0.1", 0)).start()
