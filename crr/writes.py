@@ -84,7 +84,8 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     if new is not None:
         # (id, kh, cols...), one row per id: an INSERT may list a row twice, and a view's delta query
         # over one base table is trusted to yield each derivation once
-        batch.base[rel.name] = f"(SELECT DISTINCT ON (id) * FROM {temp_table('_crr_wnew')})"
+        batch.base[rel.name] = (f"(SELECT * FROM {temp_table('_crr_wnew')} WHERE rowid IN "
+                                f"(SELECT min(rowid) FROM {temp_table('_crr_wnew')} GROUP BY id))")
     # The APP table equals the visible state, so the statement's own rows are exactly what appears
     # in it (new rows turned visible) and leaves it (old rows turned invisible).
     rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
