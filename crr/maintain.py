@@ -169,6 +169,7 @@ class Maintainer:
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
+        self._registered: list[str] = []  # Arrow results registered as views (unregistered by cleanup)
         self.batch: Batch | None = None
 
     # -- helpers -------------------------------------------------------------------------------
@@ -199,6 +200,9 @@ class Maintainer:
         if self._temps and (force or size > 10_000):
             self.con.execute("; ".join(f"DROP TABLE IF EXISTS {temp_table(name)}" for name in self._temps))
         self._temps.clear()
+        for view in self._registered:
+            self.con.unregister(view)
+        self._registered.clear()
 
     # -- the pipeline --------------------------------------------------------------------------
     def apply(self, batch: Batch, view_order: list[str]) -> BatchResult:
@@ -419,6 +423,12 @@ class Maintainer:
         """Add (``+``) the candidate monomials (SQL: vid, mid, ids, cols) that ``rel`` lacks."""
         name = f"_crr_newm_{rel.name}"
         source = f"(SELECT DISTINCT ON (vid, mid) * FROM ({cand}))" if dedup else f"({cand})"
+        if (width is not None and width[0] == width[1] and (width[1] <= 1 or rel.indexed)
+                and not self._mixed_widths(rel, *width)):
+            # every monomial has the one length the relation's others have, so none absorbs another:
+            # one INSERT adds them and returns them, as this batch's delta of the relation
+            self._insert_monomials(rel, name, source)
+            return
         n = self.temp(name, f"""SELECT c.* FROM {source} c
                                 ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid""")
         if n == 0:
@@ -438,6 +448,24 @@ class Maintainer:
         self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
         if rel.indexed:
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {temp_table(name)}")
+
+    def _insert_monomials(self, rel: Relation, name: str, source: str) -> None:
+        """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING; the rows it
+        returns are registered (as Arrow) as the relation's delta for the views over it."""
+        # con.sql runs the INSERT at once and keeps its result (an execute() result would be copied)
+        added = self.con.sql(f"""INSERT INTO {rel.aug('m')}
+            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c
+            ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid
+            RETURNING vid, mid, ids, {cols_sql(rel)}""").to_arrow_table()
+        if added.num_rows == 0:
+            return
+        view = f"{name}_arrow"
+        self.con.register(view, added)
+        self._registered.append(view)
+        self.new_derived[rel.name] = quote_ident(view)
+        self.counts(rel.name).new_monomials += added.num_rows
+        if rel.indexed:
+            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {quote_ident(view)}")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
