@@ -15,6 +15,44 @@ The sources are supplied by the engine as SQL expressions with the input's colum
 ``_crr_ids`` (the monomial, a sorted list of tuple ids), so the same plan runs on any backend that
 has array functions (sqlglot transpiles them: ``list_concat``/``list_distinct``/``list_sort`` on
 DuckDB, ``concat``/``array_distinct``/``array_sort`` on Spark).
+
+The delta identities
+--------------------
+
+Every relation is a set of tuples, each annotated with its provenance, a sum of monomials (sorted
+id lists) in an idempotent semiring: ``p + p = p`` and ``t * t = t``. A relation's augmented (AUG)
+state only grows: a delete raises a causal length and changes which tuples are visible (``in?``,
+evaluated by the engine after the plans ran), never the AUG state. So a batch is an insert-only
+delta ``dX`` for each input ``X``, and every operator below is monotone. ``X'`` is the AUG state
+*after* the batch (``X' = X + dX``); the engine applies a batch to an input before it runs the plans
+that read it (base tuples first, then views in dependency order), so ``source(X, delta=False)``
+reads ``X'``. The identities, and where each is built:
+
+* selection and projection (:meth:`Branch.select`): ``d(pi sigma_p A) = pi sigma_p dA``. Both
+  distribute over ``+``; a projection adds up the monomials of the tuples it merges, which is what
+  summing rows with equal values into the view does. ``DISTINCT`` changes nothing (set semantics).
+* product and join (:meth:`ViewPlan.delta_queries`, with :func:`monomial_product` for the
+  annotation): ``d(A x B) = dA x B' + A' x dB``, and for ``n`` factors
+  ``d(X1 x ... x Xn) = sum_i X1' x ... x dXi x ... x Xn'``. The exact change is
+  ``A' x B' - A x B = dA x B + A' x dB``; the plans read the new state ``B'`` in the first term
+  too, so products of two new tuples (``dA x dB``) come out of both terms. That is safe because
+  ``+`` is idempotent (a product derived twice is added once), and it spares the engine any
+  snapshot of an input's old state. An inner join is a selection over the product (:func:`_normalise`
+  moves ON and USING into the predicate), so the same identity covers equi- and theta-joins.
+  A product's monomial is the product of its factors' monomials: the sorted union of their ids.
+* self join (:meth:`ViewPlan.delta_queries`): each occurrence of a relation is its own factor, so
+  ``d(A x A) = dA x A' + A' x dA``; ``changed`` names relations, hence every occurrence of a changed
+  relation gets a term, and ``t * t = t`` makes a tuple joined with itself carry the monomial ``[t]``.
+* union (:func:`flatten_union`, :meth:`ViewPlan.delta_queries`): ``d(A u B) = dA u dB``. Branches
+  are maintained one by one; a branch none of whose inputs changed emits no plan, and a tuple two
+  branches derive gets both monomials (provenance of a union is the sum).
+* view over a view (:meth:`ViewPlan.delta_queries`, through ``source``): a view input ``W`` is read
+  as its AUG state, whose monomials are already over base tuple ids, and ``dW`` is the monomials the
+  batch added to ``W``; ``d(V(W)) = V(dW)`` by the identities above, since the engine finishes
+  ``W`` (its ``dW`` and ``W'``) before it runs ``V``'s plans.
+
+``tests/fixtures/compile/delta_plans.sql`` holds the plans these builders emit for a set of views
+(checked text for text, and run on DuckDB against recomputation, by ``tests/test_compile_golden.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +82,11 @@ class Occurrence:
 
 @dataclass
 class Branch:
-    """A normalised SELECT-FROM-WHERE branch of the view."""
+    """A normalised SELECT-FROM-WHERE branch of the view: ``pi_projections sigma_predicate (X1 x ... x Xn)``.
+
+    Each occurrence is one factor of the product, even when two occurrences read the same relation
+    (a self join); joins are already folded into ``predicate`` (see :func:`_normalise`).
+    """
 
     projections: list[exp.Expression]  # unaliased, qualified expressions
     occurrences: list[Occurrence]
@@ -70,7 +112,16 @@ class Branch:
 
     def select(self, names: list[str], types: list[str] | None, source: Callable[[int], exp.Expression],
                with_ids: bool) -> exp.Select:
-        """The branch as a SELECT whose i-th input is ``source(i)``, optionally with the monomial column."""
+        """The branch as a SELECT whose i-th input is ``source(i)``, optionally with the monomial column.
+
+        This builds ``pi sigma_p (S1 x ... x Sn)`` for the sources ``Si = source(i)``: the
+        occurrences become a CROSS JOIN, the predicate a WHERE. Selection and projection commute
+        with ``+`` (``d(pi sigma_p A) = pi sigma_p dA``), so a delta plan is this SELECT with one
+        source a delta; the product of the factors' monomials (:func:`monomial_product`) is each
+        output row's monomial, and the engine adds rows with equal values up into one tuple whose
+        provenance is the sum of their monomials. ``types`` casts each projection to the view's
+        column type, so every branch of a UNION yields the same types.
+        """
         proj = []
         for i, p in enumerate(self.projections):
             e = p.copy()
@@ -91,7 +142,12 @@ class Branch:
 
 
 def monomial_product(aliases: list[str]) -> exp.Expression:
-    """The product of the inputs' monomials: the sorted set union of their id lists."""
+    """The product of the inputs' monomials: the sorted set union of their id lists.
+
+    A product tuple ``(t1, ..., tn)`` of tuples with monomials ``m1, ..., mn`` has monomial
+    ``m1 * ... * mn``; the product is idempotent (``t * t = t``), so it is the set union of the ids,
+    kept sorted as the canonical form (a self-joined tuple keeps one copy of its id).
+    """
     cols = [exp.column(IDS, table=a, quoted=True) for a in aliases]
     if len(cols) == 1:
         return cols[0]
@@ -142,7 +198,20 @@ class ViewPlan:
         The identity each plan implements: for a branch ``X1 x ... x Xn`` filtered and projected,
         ``delta(X1 x ... x Xn) = sum_i X1' x ... x dXi x ... x Xn'`` where ``Xj'`` is the state of
         ``Xj`` after this batch's changes to it; summing every term into the view is safe because
-        ``+`` is idempotent (a derivation found by two terms is added once).
+        ``+`` is idempotent (a derivation found by two terms is added once). For two inputs:
+        ``delta(A x B) = dA x B' + A' x dB``; the exact change is ``dA x B + A' x dB``, and the
+        products ``dA x dB`` the first term adds on top are found by the second term as well.
+
+        * Self join: the sum runs over occurrences, not relations, so a relation read twice gives
+          two terms, ``delta(A x A) = dA x A' + A' x dA`` (one plan per occurrence of each changed
+          relation).
+        * UNION: ``delta(B1 u ... u Bk) = delta(B1) u ... u delta(Bk)``: the plans of every branch, in
+          branch order; a branch none of whose inputs is in ``changed`` contributes none.
+        * View over a view: an input that is a view is just another factor; ``source`` reads its AUG
+          monomials (over base tuple ids) and, for ``delta=True``, the monomials this batch added
+          to it, which the engine computed first (views run in dependency order).
+
+        The plans come out in branch order, then occurrence order within a branch.
         """
         names = [f"c{i}" for i in range(len(self.columns))]
         types = [t for _, t in self.columns]
@@ -157,7 +226,11 @@ class ViewPlan:
         return plans
 
     def full_query(self, source: Callable[[str], exp.Expression] | None = None) -> exp.Expression:
-        """The view as a plain set query over its inputs (APP tables unless ``source`` is given)."""
+        """The view as a plain set query over its inputs (APP tables unless ``source`` is given).
+
+        No delta and no monomials: the branches under ``UNION`` (set semantics), with the view's
+        output names. The compiler uses it to let DuckDB type the view's columns.
+        """
         names = [c for c, _ in self.columns]
         selects = [b.select(names, None,
                             (lambda j, b=b: source(b.occurrences[j].relation)) if source
@@ -176,7 +249,12 @@ def table_ref(relation: str) -> exp.Table:
 
 
 def flatten_union(query: exp.Expression) -> list[exp.Select]:
-    """The SELECT branches of a (validated) UNION tree, left to right."""
+    """The SELECT branches of a (validated) UNION tree, left to right.
+
+    ``B1 UNION (B2 UNION B3)`` and ``(B1 UNION B2) UNION B3`` give the same list: UNION is
+    associative under set semantics, and a view is maintained branch by branch
+    (``delta(A u B) = dA u dB``, see :meth:`ViewPlan.delta_queries`).
+    """
     if isinstance(query, exp.Subquery):
         return flatten_union(query.this)
     if isinstance(query, exp.Union):
@@ -224,6 +302,14 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
 
 
 def _normalise(select: exp.Select, relation_columns: Callable[[str], Columns | None]) -> Branch:
+    """One SELECT of the view as a :class:`Branch`.
+
+    Every FROM item and JOIN becomes an occurrence (a factor of the product), and every inner-join
+    condition joins the WHERE predicate: ``A JOIN B ON c`` is ``sigma_c (A x B)`` and ``A JOIN B
+    USING (k)`` is ``sigma_{A.k = B.k} (A x B)`` with ``k`` read from ``A`` afterwards. So a join has no
+    delta rule of its own: it is the product's rule under a selection. Stars are expanded and every
+    column is qualified with its occurrence's alias, so a plan never depends on name resolution.
+    """
     from_ = select.args.get("from_") or select.args.get("from")
     tables = [from_.this] + [j.this for j in select.args.get("joins") or []]
     occurrences: list[Occurrence] = []
