@@ -1,14 +1,18 @@
-"""The write guard: is an arbitrary SQL statement read-only, judged by what DuckDB will execute?
+"""The write guard: what an arbitrary SQL statement may change, judged by what DuckDB will execute.
 
 crr runs the statements it does not handle itself (anything but crr DDL and plain DML) through DuckDB as
 they are; the caller must first know whether such a statement could change a crr relation.
-:func:`statement_effects` tells it whether the statement is read-only and which tables it names.
+:func:`statement_effects` tells it: whether the statement is read-only, every table it names, and the
+tables it may write (a statement that only *reads* a crr relation, e.g. ``CREATE TABLE report AS SELECT *
+FROM t``, writes only ``report``).
 
-DuckDB's parser gives the statement type; for SELECT-type statements its JSON serialization gives the
-whole tree (a data-modifying CTE shows as an INSERT/UPDATE/DELETE query node); DuckDB's tokenizer finds
-the statement inside EXPLAIN ANALYZE, PREPARE, CALL and COPY (...) TO, which are judged by that
-statement. sqlglot's tree, where it parses, is walked as well. Anything crr cannot see through is not
-read-only, and its tables are over-approximated by every name in its text.
+How it decides. DuckDB's parser gives the statement type; for SELECT-type statements its JSON
+serialization gives the whole tree (a data-modifying CTE shows as an INSERT/UPDATE/DELETE query node with
+its target); DuckDB's tokenizer finds the statement inside EXPLAIN ANALYZE, PREPARE, CALL, COPY (...) TO
+and ``query('...')``, which are judged by that statement. sqlglot's tree, where it parses and reads the
+same words as DuckDB, is walked as well: a data-changing node writes every table it names outside the
+parts that only read (the query of INSERT ... SELECT and CREATE ... AS, the FROM/USING/WHERE of UPDATE,
+DELETE and MERGE). Anything crr cannot see through is not read-only and may write every name in its text.
 """
 
 from __future__ import annotations
@@ -25,16 +29,21 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
-from crr.sql.parse import DIALECT, normalize_name, parse_one
+from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one
 
 
 @dataclass(frozen=True)
 class Effects:
-    """What a statement may do to tables. Names are folded identifiers; ``schema.`` (with the dot) stands
-    for a schema the statement names."""
+    """What a statement may do to tables.
+
+    Names are folded identifiers; ``schema.`` (with the dot) stands for a schema the statement names.
+    ``writes`` over-approximates: when crr cannot tell which tables a statement changes, it holds every
+    name in ``tables``. It is empty for a read-only statement.
+    """
 
     read_only: bool  # DuckDB will change no table (nor any other catalog entry)
-    tables: frozenset[str]  # every table it names, and ``schema.`` for each schema it names
+    tables: frozenset[str]  # every table it names, read or written, and ``schema.`` for each schema it names
+    writes: frozenset[str]  # the tables (and ``schema.`` entries) it may change
     tree: exp.Expression | None = None  # sqlglot's tree, kept only if it reads the statement as DuckDB does
 
 
@@ -61,17 +70,43 @@ def is_plain_dml(sql: str, tree: exp.Insert | exp.Update | exp.Delete) -> bool:
     toks = _tokens(sql)
     if toks is None or not _agrees(sql, toks):  # sqlglot read other code than DuckDB would run
         return False
-    read_only, _ = _sql_text_effects(sql, toks, 0)
-    return read_only and not _facts(tree).nested_writes
+    return _sql_text_effects(sql, toks, 0).read_only and not _facts(tree).nested_writes
 
 
 # ---------------------------------------------------------------------------------------------------
+# What is known to read, and what is known to write
 
-_WRITES = tuple(getattr(exp, name) for name in (
+def _nodes(*names: str) -> tuple[type, ...]:
+    """The sqlglot node classes of these names that this sqlglot version has (older ones lack some)."""
+    return tuple(getattr(exp, name) for name in names if hasattr(exp, name))
+
+
+_WRITES = _nodes(
     "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "Copy", "Command", "TruncateTable", "Use", "Set",
     "Pragma", "Transaction", "Commit", "Rollback", "Attach", "Detach", "Comment", "Refresh", "Cache", "Uncache",
-    "LoadData", "Export", "Grant", "Revoke", "Execute", "Analyze") if hasattr(exp, name))  # (older sqlglot lacks some)
+    "LoadData", "Export", "Grant", "Revoke", "Execute", "Analyze")
 """sqlglot nodes that change something (or that sqlglot could not parse: Command); none is in a pure read."""
+
+_READ_SLOTS: dict[type, frozenset[str]] = {
+    exp.Insert: frozenset({"expression", "with", "with_", "returning", "where"}),
+    exp.Update: frozenset({"with", "with_", "expressions", "from", "from_", "where", "returning", "order", "limit"}),
+    exp.Delete: frozenset({"with", "with_", "using", "where", "returning", "order", "limit"}),
+    exp.Merge: frozenset({"with", "with_", "using", "on", "whens", "expressions", "returning"}),
+    exp.Create: frozenset({"expression"}),
+}
+"""The arguments of a data-changing sqlglot node that only read: its query, its conditions, its source.
+Every table named anywhere else in the node may be changed: the target, an index's table, the table a
+REFERENCES clause names (a foreign key constrains writes to that table). A write nested in a read slot
+(a data-modifying CTE) is a node of its own and names its own targets. (``with_``/``from_`` are the
+names newer sqlglot versions give these arguments.)"""
+
+_ROOTS: dict[str, tuple[type, ...]] = {
+    "INSERT": _nodes("Insert"), "UPDATE": _nodes("Update"), "DELETE": _nodes("Delete", "TruncateTable"),
+    "MERGE_INTO": _nodes("Merge"), "CREATE": _nodes("Create"), "CREATE_FUNC": _nodes("Create"),
+    "DROP": _nodes("Drop"), "ALTER": _nodes("Alter", "AlterTable"),
+}
+"""DuckDB statement types, and the sqlglot root nodes that may stand for them. The write targets in
+sqlglot's tree are trusted only when its root is the statement DuckDB will run."""
 
 _READ_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE", "BOUND_SUBQUERY_NODE"}
 """DuckDB query node types that only read; any other (INSERT/UPDATE/DELETE/MERGE query nodes) may write."""
@@ -86,6 +121,10 @@ _DML_WORDS = {"insert", "update", "delete", "merge", "copy", "truncate", "create
 _UNCHECKABLE = "json_execute_serialized_sql"  # runs a serialized statement, data-modifying CTEs included
 _MAX_DEPTH = 8
 _NAME = re.compile(r'"(?:[^"]|"")+"|[A-Za-z_][\w$]*')
+
+
+# ---------------------------------------------------------------------------------------------------
+# DuckDB's parser
 
 _duck_lock = threading.Lock()
 _duck_con: tuple[int, duckdb.DuckDBPyConnection] | None = None
@@ -118,6 +157,9 @@ def _duck_tree(sql: str) -> dict | None:
     data = json.loads(row[0]) if row and row[0] else None
     return None if not isinstance(data, dict) or data.get("error") else data
 
+
+# ---------------------------------------------------------------------------------------------------
+# DuckDB's tokens
 
 @dataclass(frozen=True)
 class _Tok:
@@ -211,6 +253,14 @@ def _words(sql: str) -> set[str]:
     return names
 
 
+def _dml_keywords(toks: list[_Tok]) -> int:
+    """How many INSERT, UPDATE, DELETE and MERGE keywords DuckDB sees."""
+    return sum(1 for t in toks if t.kind == "keyword" and t.word in _DML_CTE_WORDS)
+
+
+# ---------------------------------------------------------------------------------------------------
+# sqlglot's tree
+
 @dataclass
 class _Facts:
     """What one walk of sqlglot's tree found."""
@@ -219,27 +269,71 @@ class _Facts:
     writes: bool  # a data-changing node anywhere, the root included
     nested_writes: bool  # a data-changing node below the root
     tables: set[str]  # the tables it names, and ``schema.`` for each schema it names
+    targets: set[str]  # the tables (and ``schema.``) its data-changing nodes name outside their read slots
+    dml_words: int  # the INSERT/UPDATE/DELETE/MERGE keywords its nodes account for
 
 
 def _facts(tree: exp.Expression) -> _Facts:
     """Walk sqlglot's tree once."""
-    facts = _Facts(complete=True, writes=False, nested_writes=False, tables=set())
+    facts = _Facts(complete=True, writes=False, nested_writes=False, tables=set(), targets=set(), dml_words=0)
     for node in tree.walk():
         if isinstance(node, _WRITES):
             facts.writes = True
             facts.nested_writes = facts.nested_writes or node is not tree
             facts.complete = facts.complete and not isinstance(node, exp.Command)
+            facts.targets |= _written_tables(node)
+            facts.dml_words += isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge))
         elif isinstance(node, exp.Table):
-            if node.name:
-                facts.tables.add(node.name)
-            if node.db:
-                facts.tables.add(f"{node.db}.")
+            facts.tables |= _table_names(node)
+        elif isinstance(node, exp.Var) and isinstance(node.parent, (exp.OnConflict, exp.When)) \
+                and node.name.upper() in ("DO UPDATE", "DELETE"):
+            facts.dml_words += 1  # ON CONFLICT DO UPDATE, MERGE ... THEN DELETE: part of their statement
     return facts
 
 
-def _json_read_only(tree: dict, tables: set[str]) -> bool:
-    """Walk DuckDB's JSON tree: True if every query node only reads; collects the base tables into ``tables``."""
-    read_only = True
+def _table_names(table: exp.Table) -> set[str]:
+    """A table reference's name, and ``schema.`` if it is qualified."""
+    names = set()
+    if table.name:
+        names.add(table.name)
+    if table.db:
+        names.add(f"{table.db}.")
+    return names
+
+
+def _written_tables(node: exp.Expression) -> set[str]:
+    """The tables a data-changing node names outside the arguments that only read (see ``_READ_SLOTS``)."""
+    reads = _READ_SLOTS.get(type(node), frozenset())
+    names: set[str] = set()
+    for key, value in node.args.items():
+        if key in reads:
+            continue
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, exp.Expression):
+                for table in child.find_all(exp.Table):
+                    names |= _table_names(table)
+    return names
+
+
+def _trusted_targets(kind: str, tree: exp.Expression | None, facts: _Facts | None, toks: list[_Tok]) -> set[str] | None:
+    """The tables sqlglot's tree says the statement writes, or None if the tree cannot vouch for that: it
+    is incomplete, its root is not the statement DuckDB will run, or DuckDB sees an INSERT, UPDATE, DELETE
+    or MERGE keyword that no node of the tree accounts for."""
+    if tree is None or facts is None or not isinstance(tree, _ROOTS.get(kind, ())):
+        return None
+    if _dml_keywords(toks) > facts.dml_words:
+        return None
+    return facts.targets
+
+
+# ---------------------------------------------------------------------------------------------------
+# DuckDB's JSON tree
+
+def _json_effects(tree: dict) -> tuple[bool, set[str], set[str] | None]:
+    """Walk DuckDB's JSON tree: whether every query node only reads, the base tables it names, and the
+    tables its INSERT/UPDATE/DELETE query nodes write (None if one of them has a target crr cannot read)."""
+    read_only, tables = True, set()
+    writes: set[str] | None = set()
     stack: list = [tree]
     while stack:
         node = stack.pop()
@@ -248,14 +342,53 @@ def _json_read_only(tree: dict, tables: set[str]) -> bool:
             if isinstance(kind, str):
                 if kind.endswith("_NODE") and kind not in _READ_NODES:
                     read_only = False
+                    target = _json_target(node)
+                    if target is None:
+                        writes = None
+                    else:
+                        tables |= target
+                        if writes is not None:
+                            writes |= target
                 elif kind == "BASE_TABLE" and node.get("table_name"):
-                    tables.add(str(node["table_name"]).lower())
-                    if node.get("schema_name"):
-                        tables.add(f"{str(node['schema_name']).lower()}.")
+                    tables |= _json_names(node.get("table_name"), node.get("schema_name"))
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return read_only
+    return read_only, tables, writes
+
+
+def _json_target(node: dict) -> set[str] | None:
+    """The table a DuckDB INSERT/UPDATE/DELETE query node writes, or None if it is another node or its
+    target is not a plain table name."""
+    kind, table = node.get("type"), node.get("table")
+    if kind == "INSERT_QUERY_NODE" and isinstance(table, str) and table and not node.get("table_ref"):
+        return _json_names(table, node.get("schema"))
+    if kind in ("UPDATE_QUERY_NODE", "DELETE_QUERY_NODE") and isinstance(table, dict) \
+            and table.get("type") == "BASE_TABLE" and table.get("table_name"):
+        return _json_names(table["table_name"], table.get("schema_name"))
+    return None
+
+
+def _json_names(table: object, schema: object) -> set[str]:
+    """A table name from DuckDB's JSON, folded as crr folds names, and ``schema.`` if there is a schema."""
+    names = {fold_identifier(str(table))}
+    if schema:
+        names.add(f"{fold_identifier(str(schema))}.")
+    return names
+
+
+# ---------------------------------------------------------------------------------------------------
+# The verdict on one statement
+
+def _effects(read_only: bool, tables: set[str] | frozenset[str], writes: set[str] | frozenset[str] | None,
+             tree: exp.Expression | None = None) -> Effects:
+    """Effects with the invariants: nothing written by a read-only statement; a statement that may write
+    but whose targets are unknown (None) or not found may write every table it names."""
+    if read_only:
+        written: frozenset[str] = frozenset()
+    else:
+        written = frozenset(writes) if writes else frozenset(tables)
+    return Effects(read_only=read_only, tables=frozenset(tables), writes=written, tree=tree)
 
 
 def _statement(sql: str, depth: int) -> Effects:
@@ -269,7 +402,7 @@ def _statement(sql: str, depth: int) -> Effects:
     return _guard(sql, tree, depth)
 
 
-def _sql_text_effects(sql: str, toks: list[_Tok] | None, depth: int) -> tuple[bool, set[str]]:
+def _sql_text_effects(sql: str, toks: list[_Tok] | None, depth: int) -> Effects:
     """Check SQL text that table functions run: ``query('...')`` is judged by its text; text crr cannot read
     (not one constant string) and ``json_execute_serialized_sql`` are refused."""
     low = sql.lower()
@@ -277,11 +410,11 @@ def _sql_text_effects(sql: str, toks: list[_Tok] | None, depth: int) -> tuple[bo
         raise UnsupportedSqlError(f"{_UNCHECKABLE} runs a statement crr cannot check (it may change crr relations); "
                                   "run that statement itself")
     if "query" not in low:
-        return True, set()
+        return _effects(True, set(), set())
     toks = toks if toks is not None else _tokens(sql)
     if toks is None:
-        return False, _words(sql)
-    read_only, tables = True, set()
+        return _effects(False, _words(sql), None)
+    read_only, tables, writes = True, set(), set()
     for i, tok in enumerate(toks):
         if tok.word == "query" and i + 1 < len(toks) and toks[i + 1].text == "(":
             text = _string_value(toks[i + 2].text) if i + 3 < len(toks) and toks[i + 2].kind == "string_const" \
@@ -292,7 +425,8 @@ def _sql_text_effects(sql: str, toks: list[_Tok] | None, depth: int) -> tuple[bo
             inner = _statement(text, depth + 1)
             read_only = read_only and inner.read_only
             tables |= inner.tables
-    return read_only, tables
+            writes |= inner.writes
+    return _effects(read_only, tables, writes)
 
 
 def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
@@ -305,11 +439,11 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
     facts = _facts(tree) if tree is not None else None
     if facts is not None and not facts.complete:
         facts = None  # sqlglot understood only part of it: its tree vouches for nothing
-    text_ro, text_tables = _sql_text_effects(sql, toks, depth)
+    text = _sql_text_effects(sql, toks, depth)
     types = _duck_types(sql)
     if types is None or toks is None or not toks:
         # DuckDB's parser (without any extension the site may load) cannot read it: it is not read-only
-        return Effects(read_only=False, tables=frozenset(_words(sql) | text_tables), tree=tree)
+        return _effects(False, _words(sql) | text.tables, None, tree)
     if len(types) != 1:
         raise SqlError(f"expected one SQL statement, got {len(types)}; run statements one at a time")
     kind, first = types[0], toks[0].word
@@ -319,33 +453,33 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
                              and toks[1].word in ("from", "import_database", "copy_database")):
         raise UnsupportedSqlError("IMPORT DATABASE and COPY FROM DATABASE run statements crr cannot check (they may "
                                   "write crr relations); load the data into plain tables another way")
-    read_only, tables = False, base
     if kind == "SELECT":
-        read_only, tables = _select(sql, facts, toks)
+        own = _select(sql, facts, toks)
     elif kind == "EXPLAIN":
-        read_only, tables = _explain(sql, toks, depth)
+        own = _explain(sql, toks, depth)
     elif kind == "PREPARE":
-        read_only, tables = _prepare(sql, toks, depth)
+        own = _prepare(sql, toks, depth)
     elif kind == "CALL" and len(toks) > 1:
-        inner = _statement("SELECT * FROM " + sql[toks[1].start:], depth + 1)  # CALL f(...) = SELECT * FROM f(...)
-        read_only, tables = inner.read_only, inner.tables
+        own = _statement("SELECT * FROM " + sql[toks[1].start:], depth + 1)  # CALL f(...) = SELECT * FROM f(...)
     elif kind == "COPY":
-        read_only, tables = _copy(sql, toks, facts, depth)
+        own = _copy(sql, toks, facts, depth)
     elif kind == "SET":  # a setting or variable changes no table (schema switches were refused above)
-        read_only = facts is not None and not facts.nested_writes
+        own = _effects(facts is not None and not facts.nested_writes, base, None)
     elif kind == "PRAGMA":
-        read_only = first == "pragma" and len(toks) > 1 and toks[1].word in _READ_PRAGMAS
-        tables = base | _words(sql)
+        own = _effects(first == "pragma" and len(toks) > 1 and toks[1].word in _READ_PRAGMAS, base | _words(sql), None)
     elif kind in ("VACUUM", "EXPORT"):  # ANALYZE recomputes statistics, EXPORT writes files: no row changes
-        read_only = True
+        own = _effects(True, base, None)
     elif kind == "MULTI" and first in ("pivot", "unpivot"):
         # a PIVOT statement that first looks up its columns' values: DuckDB cannot serialize it, so it is a read
         # if sqlglot parsed all of it and neither its tree nor its keywords hold a data-changing statement
         read_only = facts is not None and not facts.writes \
             and not any(t.kind == "keyword" and t.word in _DML_WORDS for t in toks)
+        own = _effects(read_only, base, None)
     elif kind == "ATTACH":  # the new database's name qualifies names as a schema does: `_crr.x` would be ambiguous
-        tables = base | _words(sql) | {f"{w}." for w in _words(sql) if not w.endswith(".")}
-    return Effects(read_only=read_only and text_ro, tables=frozenset(tables | text_tables), tree=tree)
+        own = _effects(False, base | _words(sql) | {f"{w}." for w in _words(sql) if not w.endswith(".")}, None)
+    else:  # CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, MERGE, TRANSACTION, LOAD, DETACH...
+        own = _effects(False, base, _trusted_targets(kind, tree, facts, toks))
+    return _effects(own.read_only and text.read_only, own.tables | text.tables, own.writes | text.writes, tree)
 
 
 def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:
@@ -377,52 +511,53 @@ def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:
                               "current schema (crr's own statements use unqualified names); qualify names instead")
 
 
-def _select(sql: str, facts: _Facts | None, toks: list[_Tok]) -> tuple[bool, set[str]]:
+def _select(sql: str, facts: _Facts | None, toks: list[_Tok]) -> Effects:
     """A SELECT-type statement (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE...).
 
     It can change a table only through a data-modifying CTE, which needs an INSERT, UPDATE, DELETE or MERGE
     keyword; without one and with sqlglot's full tree, that tree gives the tables. Otherwise DuckDB's own
-    tree (JSON) decides.
+    tree (JSON) decides, and gives the tables its data-modifying CTEs write.
     """
     if facts is not None and not any(t.kind == "keyword" and t.word in _DML_CTE_WORDS for t in toks):
-        return not facts.writes, facts.tables
-    tables: set[str] = set()
+        return _effects(not facts.writes, facts.tables, None)
     duck = _duck_tree(sql)
-    read_only = duck is not None and _json_read_only(duck, tables)
+    if duck is None:
+        tables = _words(sql) | (facts.tables if facts is not None else set())
+        return _effects(False, tables, None)
+    read_only, tables, writes = _json_effects(duck)
     if facts is not None:
         read_only = read_only and not facts.writes
         tables |= facts.tables
-    if duck is None:
-        tables |= _words(sql)
-    return read_only, tables
+        if writes is not None:
+            writes |= facts.targets
+    return _effects(read_only, tables, writes)
 
 
-def _explain(sql: str, toks: list[_Tok], depth: int) -> tuple[bool, set[str]]:
+def _explain(sql: str, toks: list[_Tok], depth: int) -> Effects:
     """EXPLAIN only plans its statement (read-only); EXPLAIN ANALYZE runs it, so it does what it does."""
     if toks[0].word != "explain" or len(toks) < 2:
-        return False, _words(sql)
+        return _effects(False, _words(sql), None)
     i, analyze = 1, False
     if toks[1].text == "(":  # EXPLAIN (option, ...): DuckDB runs the statement if ANALYZE is named at all
         j = _close(toks, 1)
         if j < 0:
-            return False, _words(sql)
+            return _effects(False, _words(sql), None)
         analyze = any(t.word in ("analyze", "analyse") for t in toks[2:j])
         i = j + 1
     while i < len(toks) and toks[i].word in ("analyze", "analyse"):
         analyze, i = True, i + 1
     if i >= len(toks):
-        return False, _words(sql)
+        return _effects(False, _words(sql), None)
     inner = sql[toks[i].start:]
     if analyze:
-        stmt = _statement(inner, depth + 1)
-        return stmt.read_only, stmt.tables
+        return _statement(inner, depth + 1)
     try:
-        return True, _statement(inner, depth + 1).tables
+        return _effects(True, _statement(inner, depth + 1).tables, None)
     except SqlError:
-        return True, set()
+        return _effects(True, set(), None)
 
 
-def _prepare(sql: str, toks: list[_Tok], depth: int) -> tuple[bool, set[str]]:
+def _prepare(sql: str, toks: list[_Tok], depth: int) -> Effects:
     """PREPARE name AS statement: allowed only for a read-only statement (EXECUTE could not be checked)."""
     i = 2
     if i < len(toks) and toks[i].text == "(":
@@ -430,24 +565,23 @@ def _prepare(sql: str, toks: list[_Tok], depth: int) -> tuple[bool, set[str]]:
     if i + 1 < len(toks) and toks[i].word == "as":
         stmt = _statement(sql[toks[i + 1].start:], depth + 1)
         if stmt.read_only:
-            return True, stmt.tables
+            return stmt
     raise UnsupportedSqlError("PREPARE is supported only for read-only statements: what EXECUTE later runs cannot "
                               "be checked; run the statement itself (Site.execute takes parameters)")
 
 
-def _copy(sql: str, toks: list[_Tok], facts: _Facts | None, depth: int) -> tuple[bool, set[str]]:
-    """COPY table/(query) TO file only reads; COPY ... FROM file writes the table."""
+def _copy(sql: str, toks: list[_Tok], facts: _Facts | None, depth: int) -> Effects:
+    """COPY table/(query) TO file only reads (what the query does aside); COPY table FROM file writes the table."""
     if len(toks) > 1 and toks[1].text == "(":
         j = _close(toks, 1)
         if j > 2 and j + 1 < len(toks) and toks[j + 1].word == "to":
-            stmt = _statement(sql[toks[2].start:toks[j].start], depth + 1)
-            return stmt.read_only, set(stmt.tables)
-        return False, _words(sql)
+            return _statement(sql[toks[2].start:toks[j].start], depth + 1)
+        return _effects(False, _words(sql), None)
     depth_ = 0
     for tok in toks[1:]:
         if tok.kind == "operator":
             depth_ += tok.text.count("(") - tok.text.count(")")
         elif depth_ == 0 and tok.word in ("from", "to"):
-            source = facts.tables if facts is not None else _words(sql[:tok.start])
-            return tok.word == "to", source
-    return False, _words(sql)
+            table = facts.tables if facts is not None else _words(sql[:tok.start])
+            return _effects(tok.word == "to", table, table)
+    return _effects(False, _words(sql), None)

@@ -3,7 +3,7 @@
 crr extends DuckDB's SQL with ``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE``,
 ``CREATE REMOTE SOURCE`` and ``CREATE MATERIALIZED VIEW`` (and their ``DROP``). Identifiers are case-insensitive: unquoted and
 quoted names are folded to lower case, as DuckDB compares them (see :mod:`crr.sql.parse`). Whether any other
-statement may change a table is the write guard's call (:mod:`crr.sql.guard`).
+statement may change a table, and which, is the write guard's call (:mod:`crr.sql.guard`).
 """
 
 from __future__ import annotations
@@ -100,17 +100,31 @@ class Dml:
 
 @dataclass
 class Other:
-    """Any other statement: passes through to DuckDB (after the caller checks it touches no crr relation)."""
+    """Any other statement: passes through to DuckDB, after the caller checks it changes no crr relation.
+
+    ``read_only`` is True only if DuckDB will change no table; ``tables`` holds every table the statement
+    names, read or written, and ``schema.`` for each schema it names; ``writes`` holds those it may change
+    (see :class:`crr.sql.guard.Effects`). A statement that is not read-only and is given no ``writes`` may
+    change every name in ``tables``.
+    """
 
     sql: str
     tree: exp.Expression | None
     read_only: bool
     tables: set[str] = field(default_factory=set)
+    writes: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.read_only:
+            self.writes = set()
+        elif not self.writes:
+            self.writes = set(self.tables)
 
     @classmethod
     def judged(cls, sql: str, effects: Effects) -> Other:
         """The statement ``sql`` with the write guard's verdict on it."""
-        return cls(sql=sql, tree=effects.tree, read_only=effects.read_only, tables=set(effects.tables))
+        return cls(sql=sql, tree=effects.tree, read_only=effects.read_only, tables=set(effects.tables),
+                   writes=set(effects.writes))
 
 
 Statement = CreateTable | CreateView | Drop | Dml | Other
