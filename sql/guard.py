@@ -53,8 +53,8 @@ def statement_effects(sql: str, tree: exp.Expression | None = None) -> Effects:
     ``tree`` is sqlglot's parse of ``sql`` (identifiers folded, see :func:`crr.sql.parse.parse_one`) if the
     caller has it; without one the guard parses ``sql`` itself. Raises SqlError for several statements, and
     UnsupportedSqlError for statements crr refuses whatever they touch: USE and changes of the current
-    schema, PREPARE of a statement that may write, IMPORT DATABASE / COPY FROM DATABASE, and SQL text it
-    cannot check.
+    schema, PREPARE of a statement that may write, IMPORT DATABASE / COPY FROM DATABASE, macros that
+    would replace a built-in function, and SQL text it cannot check.
     """
     return _guard(sql, tree, 0) if tree is not None else _statement(sql, 0)
 
@@ -145,6 +145,20 @@ def _duck_types(sql: str) -> list[str] | None:
             return [s.type.name for s in _duck().extract_statements(sql)]
         except duckdb.Error:
             return None
+
+
+_builtins: frozenset[str] | None = None
+
+
+def _builtin_functions() -> frozenset[str]:
+    """The names (lower case) of the functions and macros DuckDB has built in."""
+    global _builtins
+    with _duck_lock:
+        if _builtins is None:
+            rows = _duck().execute("SELECT DISTINCT function_name FROM duckdb_functions() "
+                                   "WHERE database_name = 'system'").fetchall()
+            _builtins = frozenset(str(r[0]).lower() for r in rows)
+        return _builtins
 
 
 def _duck_tree(sql: str) -> dict | None:
@@ -449,6 +463,7 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
     kind, first = types[0], toks[0].word
     base = facts.tables if facts is not None else _words(sql)
     _refuse_schema_switch(kind, toks)
+    _refuse_builtin_override(kind, toks)
     if first == "import" or (first in ("copy", "pragma") and len(toks) > 1
                              and toks[1].word in ("from", "import_database", "copy_database")):
         raise UnsupportedSqlError("IMPORT DATABASE and COPY FROM DATABASE run statements crr cannot check (they may "
@@ -509,6 +524,30 @@ def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:
             return
     raise UnsupportedSqlError(f"SET {words[i]} to anything but main is not supported: crr sites keep main as the "
                               "current schema (crr's own statements use unqualified names); qualify names instead")
+
+
+def _refuse_builtin_override(kind: str, toks: list[_Tok]) -> None:
+    """Refuse CREATE MACRO / FUNCTION named like a function DuckDB has built in: the macro would replace it
+    in every statement, crr's own maintenance and merge SQL included (e.g. ``greatest``)."""
+    if kind not in ("CREATE", "CREATE_FUNC"):
+        return
+    words = [t.word for t in toks]
+    i = 1
+    while i < len(words) and words[i] in ("or", "replace", "temp", "temporary"):
+        i += 1
+    if i >= len(words) or words[i] not in ("macro", "function"):
+        return
+    i += 1
+    if words[i:i + 3] == ["if", "not", "exists"]:
+        i += 3
+    if i >= len(toks):
+        return
+    while i + 2 < len(toks) and toks[i + 1].text == ".":  # catalog.schema.name: the name is the last part
+        i += 2
+    name = toks[i].word
+    if name.lower() in _builtin_functions():
+        raise UnsupportedSqlError(f"a macro named {name} would replace DuckDB's built-in {name}, which crr's own "
+                                  "statements call; give the macro another name")
 
 
 def _select(sql: str, facts: _Facts | None, toks: list[_Tok]) -> Effects:

@@ -218,6 +218,30 @@ def test_attaching_a_database_named_like_crrs_schema_is_refused(site: crr.Site, 
     assert_crr_still_works(site)
 
 
+@pytest.mark.parametrize("sql", [
+    "CREATE MACRO greatest(a, b) AS 0",  # crr's merge SQL calls greatest(): merges would go wrong
+    "CREATE OR REPLACE TEMP MACRO hash(x) AS 7",
+    "CREATE MACRO IF NOT EXISTS md5_number(x) AS 1",
+    "CREATE FUNCTION main.list_value(a) AS 9",
+    'CREATE MACRO "Abs"(x) AS 42',
+    "CREATE MACRO range(n) AS TABLE SELECT 1 AS x",
+    "EXPLAIN ANALYZE CREATE MACRO greatest(a, b) AS 0",
+])
+def test_macros_that_replace_builtin_functions_are_refused(site: crr.Site, sql: str) -> None:
+    """A macro named like a built-in function replaces it in crr's own statements too."""
+    assert_refused(site, sql)
+    assert site.execute("SELECT greatest(1, 2), hash(1) = hash(1)") == [(2, True)]
+    assert_crr_still_works(site)
+
+
+def test_macros_with_their_own_names_still_work(site: crr.Site) -> None:
+    """Any macro name DuckDB does not have built in is the user's."""
+    site.execute("CREATE MACRO my_greatest(a, b) AS greatest(a, b) + 1")
+    site.execute("CREATE TEMP MACRO greatest_ever() AS 99")
+    assert site.execute("SELECT my_greatest(1, 2), greatest_ever()") == [(3, 99)]
+    assert_crr_still_works(site)
+
+
 def test_import_database_is_refused(site: crr.Site, tmp_path: Path) -> None:
     """IMPORT DATABASE runs statements crr cannot check; an export holding a table t would load into t."""
     con = duckdb.connect()
