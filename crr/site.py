@@ -293,8 +293,8 @@ class Site:
             if t in self._rels and self._rels[t].kind is RelationKind.SOURCE:
                 raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
                                    "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
-        if not stmt.read_only:
-            touched = {t for t in stmt.tables if t in self._rels or t == f"{SCHEMA}."}
+        if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
+            touched = {t for t in stmt.writes if t in self._rels or t == f"{SCHEMA}."}
             if touched:
                 raise UnsupportedSqlError(
                     f"this statement would change {', '.join(sorted(touched))} outside crr; crr relations "

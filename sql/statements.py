@@ -2,28 +2,26 @@
 
 crr extends DuckDB's SQL with ``CREATE REPLICATED TABLE``, ``CREATE REMOTE TABLE``,
 ``CREATE REMOTE SOURCE`` and ``CREATE MATERIALIZED VIEW`` (and their ``DROP``). Identifiers are case-insensitive: unquoted and
-quoted names are folded to lower case, as DuckDB compares them.
+quoted names are folded to lower case, as DuckDB compares them (see :mod:`crr.sql.parse`). Whether any other
+statement may change a table, and which, is the write guard's call (:mod:`crr.sql.guard`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import threading
 from dataclasses import dataclass, field
 from enum import Enum
 
-import duckdb
-import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
-from sqlglot.errors import ParseError
-from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
+from crr.sql.guard import Effects, is_plain_dml, statement_effects
+from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one
 
-DIALECT = "duckdb"
+__all__ = [
+    "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
+    "Statement", "classify", "fold_identifier", "normalize_name", "parse_one",
+]  # DIALECT, fold_identifier, normalize_name and parse_one live in crr.sql.parse; importable here as before
 
 _CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
 _CREATE_VIEW = re.compile(r"^\s*create\s+(or\s+replace\s+)?materialized\s+view\s+", re.I)
@@ -102,52 +100,34 @@ class Dml:
 
 @dataclass
 class Other:
-    """Any other statement: passes through to DuckDB (after the caller checks it touches no crr relation)."""
+    """Any other statement: passes through to DuckDB, after the caller checks it changes no crr relation.
+
+    ``read_only`` is True only if DuckDB will change no table; ``tables`` holds every table the statement
+    names, read or written, and ``schema.`` for each schema it names; ``writes`` holds those it may change
+    (see :class:`crr.sql.guard.Effects`). A statement that is not read-only and is given no ``writes`` may
+    change every name in ``tables``.
+    """
 
     sql: str
     tree: exp.Expression | None
     read_only: bool
     tables: set[str] = field(default_factory=set)
+    writes: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.read_only:
+            self.writes = set()
+        elif not self.writes:
+            self.writes = set(self.tables)
+
+    @classmethod
+    def judged(cls, sql: str, effects: Effects) -> Other:
+        """The statement ``sql`` with the write guard's verdict on it."""
+        return cls(sql=sql, tree=effects.tree, read_only=effects.read_only, tables=set(effects.tables),
+                   writes=set(effects.writes))
 
 
 Statement = CreateTable | CreateView | Drop | Dml | Other
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def fold_identifier(name: str) -> str:
-    """The form crr stores an identifier in: ASCII letters lower-cased, as DuckDB compares names
-    (``"À"`` and ``"à"`` are different names to DuckDB, ``"A"`` and ``"a"`` the same)."""
-    return name.translate(_ASCII_LOWER)
-
-
-def normalize_name(name: str) -> str:
-    """Fold an identifier (quoted or not) to the form crr stores in its catalog."""
-    if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
-        name = name[1:-1].replace('""', '"')
-    return fold_identifier(name)
-
-
-def parse_one(sql: str) -> exp.Expression:
-    """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
-    try:
-        trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
-    except ParseError as e:
-        raise SqlError(f"cannot parse SQL: {_first_line(str(e))}") from None
-    if len(trees) != 1:
-        raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
-    return _lower_identifiers(trees[0])
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
-
-
-def _lower_identifiers(tree: exp.Expression) -> exp.Expression:
-    for ident in tree.find_all(exp.Identifier):
-        ident.set("this", fold_identifier(ident.this))
-    return tree
 
 
 def classify(sql: str) -> Statement:
@@ -176,24 +156,19 @@ def classify(sql: str) -> Statement:
     except SqlError as e:
         if not str(e).startswith("cannot parse"):
             raise
-        tree = None  # DuckDB-only syntax: DuckDB's own parser decides below
+        tree = None  # DuckDB-only syntax: DuckDB's own parser decides in the guard
     if isinstance(tree, (exp.Insert, exp.Update, exp.Delete)):
         target = tree.this
         if isinstance(target, exp.Schema):
             target = target.this
         if not isinstance(target, exp.Table):
             raise UnsupportedSqlError(f"{tree.key.upper()} into {target.sql(DIALECT)} is not supported")
-        toks = _tokens(sql)
-        if toks is None or not _agrees(sql, toks):  # sqlglot read other code than DuckDB would run
-            return _remember(_guard(sql, None, 0))
-        ro, text_tables = _sql_text_effects(sql, toks, 0)
-        facts = _facts(tree)
-        if not ro or facts.nested_writes:
-            # a write nested in a CTE (or SQL text): not a plain statement crr can rewrite or pass as it is
-            return _remember(Other(sql=sql, tree=tree, read_only=False, tables=facts.tables | text_tables))
-        kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
-        return Dml(kind=kind, target=target.name, tree=tree)
-    return _remember(_guard(sql, tree, 0))
+        if is_plain_dml(sql, tree):
+            kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
+            return Dml(kind=kind, target=target.name, tree=tree)
+        # a write nested in a CTE (or SQL text), or words sqlglot reads otherwise than DuckDB: not a plain
+        # statement crr can rewrite or pass as it is
+    return _remember(Other.judged(sql, statement_effects(sql, tree)))
 
 
 _others: dict[str, Other] = {}
@@ -205,406 +180,6 @@ def _remember(stmt: Other) -> Other:
         _others.clear()
     _others[stmt.sql] = stmt
     return stmt
-
-
-# ---------------------------------------------------------------------------------------------------
-# The write guard: is a statement read-only, judged by what DuckDB will execute?
-#
-# DuckDB's parser gives the statement type; for SELECT-type statements its JSON serialization gives the
-# whole tree (a data-modifying CTE shows as an INSERT/UPDATE/DELETE query node); DuckDB's tokenizer
-# finds the statement inside EXPLAIN ANALYZE, PREPARE, CALL and COPY (...) TO, which are judged by that
-# statement. sqlglot's tree, where it parses, is walked as well. Anything crr cannot see through is not
-# read-only, and its tables are over-approximated by every name in its text.
-
-_WRITES = tuple(getattr(exp, name) for name in (
-    "Insert", "Update", "Delete", "Merge", "Create", "Drop", "Alter", "Copy", "Command", "TruncateTable", "Use", "Set",
-    "Pragma", "Transaction", "Commit", "Rollback", "Attach", "Detach", "Comment", "Refresh", "Cache", "Uncache",
-    "LoadData", "Export", "Grant", "Revoke", "Execute", "Analyze") if hasattr(exp, name))  # (older sqlglot lacks some)
-"""sqlglot nodes that change something (or that sqlglot could not parse: Command); none is in a pure read."""
-
-_READ_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE", "BOUND_SUBQUERY_NODE"}
-"""DuckDB query node types that only read; any other (INSERT/UPDATE/DELETE/MERGE query nodes) may write."""
-
-_READ_PRAGMAS = {"table_info", "show", "show_tables", "show_tables_expanded", "show_databases", "database_list",
-                 "database_size", "storage_info", "metadata_info", "functions", "collations", "version",
-                 "platform", "user_agent"}
-"""``PRAGMA name(...)`` forms that only read the catalog."""
-
-_DML_CTE_WORDS = {"insert", "update", "delete", "merge"}
-_DML_WORDS = {"insert", "update", "delete", "merge", "copy", "truncate", "create", "drop", "alter"}
-_UNCHECKABLE = "json_execute_serialized_sql"  # runs a serialized statement, data-modifying CTEs included
-_MAX_DEPTH = 8
-_NAME = re.compile(r'"(?:[^"]|"")+"|[A-Za-z_][\w$]*')
-
-_duck_lock = threading.Lock()
-_duck_con: tuple[int, duckdb.DuckDBPyConnection] | None = None
-
-
-def _duck() -> duckdb.DuckDBPyConnection:
-    """crr's private in-memory DuckDB connection, used only to parse (one per process; callers hold the lock)."""
-    global _duck_con
-    if _duck_con is None or _duck_con[0] != os.getpid():
-        _duck_con = (os.getpid(), duckdb.connect(":memory:"))
-    return _duck_con[1]
-
-
-def _duck_types(sql: str) -> list[str] | None:
-    """DuckDB's statement types for ``sql`` (one per statement), or None if DuckDB's parser refuses it."""
-    with _duck_lock:
-        try:
-            return [s.type.name for s in _duck().extract_statements(sql)]
-        except duckdb.Error:
-            return None
-
-
-def _duck_tree(sql: str) -> dict | None:
-    """DuckDB's own parse tree of a SELECT-type statement as JSON, or None if it cannot serialize it."""
-    with _duck_lock:
-        try:
-            row = _duck().execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-        except duckdb.Error:
-            return None
-    data = json.loads(row[0]) if row and row[0] else None
-    return None if not isinstance(data, dict) or data.get("error") else data
-
-
-@dataclass(frozen=True)
-class _Tok:
-    """One DuckDB token: where it starts, its kind (keyword, identifier, string_const, operator...), its text."""
-
-    start: int
-    kind: str
-    text: str
-
-    @property
-    def word(self) -> str:
-        """The token as a folded identifier or keyword ('' for strings, numbers and operators)."""
-        return normalize_name(self.text) if self.kind in ("keyword", "identifier") else ""
-
-
-def _tokens(sql: str) -> list[_Tok] | None:
-    """DuckDB's tokens of ``sql`` without comments, or None if its tokenizer fails."""
-    try:
-        raw = duckdb.tokenize(sql)
-    except Exception:  # noqa: BLE001 - any failure means: cannot see through it
-        return None
-    # DuckDB reports byte offsets into the UTF-8 text; map them to character offsets
-    encoded = sql.encode()
-    chars = {b: len(encoded[:b].decode(errors="ignore")) for b, _ in raw} if len(encoded) != len(sql) else None
-    raw = [(chars[b] if chars else b, kind) for b, kind in raw]
-    toks = []
-    for i, (start, kind) in enumerate(raw):
-        end = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
-        if kind.name != "comment":
-            toks.append(_Tok(start, kind.name, sql[start:end].strip()))
-    return toks
-
-
-_TRICKY = ("/*", "$", "\\", "&")  # nested comments, dollar quotes, backslash and unicode escapes
-_STRINGS = {getattr(TokenType, name) for name in (
-    "STRING", "BYTE_STRING", "HEREDOC_STRING", "NATIONAL_STRING", "RAW_STRING", "BIT_STRING", "HEX_STRING",
-    "UNICODE_STRING", "IDENTIFIER") if hasattr(TokenType, name)}
-
-
-def _agrees(sql: str, toks: list[_Tok]) -> bool:
-    """True if sqlglot's tokenizer sees the same words as DuckDB's (they can differ on nested comments and
-    escaped strings, and then sqlglot's tree is not what DuckDB would run)."""
-    if not any(mark in sql for mark in _TRICKY):
-        return True  # plain quotes and -- comments: both tokenizers follow the SQL standard
-    try:
-        theirs = Dialect.get_or_raise(DIALECT).tokenize(sql)
-    except Exception:  # noqa: BLE001 - sqlglot cannot tokenize it: it cannot vouch for it either
-        return False
-    ours = {t.start for t in toks if t.kind in ("keyword", "identifier")}
-    starts, spans = set(), []
-    for t in theirs:
-        if t.token_type in _STRINGS and t.token_type is not TokenType.IDENTIFIER:
-            continue
-        starts.add(t.start)
-        if t.token_type is not TokenType.IDENTIFIER and any(c.isspace() for c in t.text):
-            spans.append((t.start, t.end))  # a keyword of several words, e.g. ORDER BY
-    if not all(p in starts or any(a < p <= b for a, b in spans) for p in ours):
-        return False
-    words = {t.start for t in theirs if t.token_type is TokenType.IDENTIFIER
-             or (t.token_type not in _STRINGS and (t.text[:1].isalpha() or t.text[:1] == "_"))}
-    return words <= {t.start for t in toks}  # and no word of sqlglot's is inside a DuckDB comment or string
-
-
-def _close(toks: list[_Tok], i: int) -> int:
-    """Index of the ``)`` that closes the ``(`` at ``toks[i]``, or -1."""
-    depth = 0
-    for j in range(i, len(toks)):
-        if toks[j].kind == "operator":
-            depth += toks[j].text.count("(") - toks[j].text.count(")")
-            if depth <= 0:
-                return j if depth == 0 else -1
-    return -1
-
-
-def _string_value(text: str) -> str | None:
-    """The value of a plain '...' or $$...$$ string token; None for anything else (E-strings, ...)."""
-    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
-        return text[1:-1].replace("''", "'")
-    m = re.fullmatch(r"(\$[A-Za-z_]?\w*\$)(.*)\1", text, re.S)
-    return m.group(2) if m else None
-
-
-def _words(sql: str) -> set[str]:
-    """Every name in ``sql`` (strings and comments too), folded, plus ``name.`` for each before a dot."""
-    names: set[str] = set()
-    for m in _NAME.finditer(sql):
-        name = normalize_name(m.group())
-        names.add(name)
-        if sql[m.end():].lstrip().startswith("."):
-            names.add(f"{name}.")
-    return names
-
-
-@dataclass
-class _Facts:
-    """What one walk of sqlglot's tree found."""
-
-    complete: bool  # no part sqlglot could only keep as an opaque Command
-    writes: bool  # a data-changing node anywhere, the root included
-    nested_writes: bool  # a data-changing node below the root
-    tables: set[str]  # the tables it names, and ``schema.`` for each schema it names
-
-
-def _facts(tree: exp.Expression) -> _Facts:
-    """Walk sqlglot's tree once."""
-    facts = _Facts(complete=True, writes=False, nested_writes=False, tables=set())
-    for node in tree.walk():
-        if isinstance(node, _WRITES):
-            facts.writes = True
-            facts.nested_writes = facts.nested_writes or node is not tree
-            facts.complete = facts.complete and not isinstance(node, exp.Command)
-        elif isinstance(node, exp.Table):
-            if node.name:
-                facts.tables.add(node.name)
-            if node.db:
-                facts.tables.add(f"{node.db}.")
-    return facts
-
-
-def _json_read_only(tree: dict, tables: set[str]) -> bool:
-    """Walk DuckDB's JSON tree: True if every query node only reads; collects the base tables into ``tables``."""
-    read_only = True
-    stack: list = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            kind = node.get("type")
-            if isinstance(kind, str):
-                if kind.endswith("_NODE") and kind not in _READ_NODES:
-                    read_only = False
-                elif kind == "BASE_TABLE" and node.get("table_name"):
-                    tables.add(str(node["table_name"]).lower())
-                    if node.get("schema_name"):
-                        tables.add(f"{str(node['schema_name']).lower()}.")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return read_only
-
-
-def _statement(sql: str, depth: int) -> Other:
-    """What an inner statement (after EXPLAIN ANALYZE, PREPARE ... AS, COPY (...) TO) does."""
-    if depth > _MAX_DEPTH:
-        raise UnsupportedSqlError("statement nested too deeply for crr to check")
-    try:
-        tree: exp.Expression | None = parse_one(sql)
-    except SqlError:
-        tree = None
-    return _guard(sql, tree, depth)
-
-
-def _sql_text_effects(sql: str, toks: list[_Tok] | None, depth: int) -> tuple[bool, set[str]]:
-    """Check SQL text that table functions run: ``query('...')`` is judged by its text; text crr cannot read
-    (not one constant string) and ``json_execute_serialized_sql`` are refused."""
-    low = sql.lower()
-    if _UNCHECKABLE in low:
-        raise UnsupportedSqlError(f"{_UNCHECKABLE} runs a statement crr cannot check (it may change crr relations); "
-                                  "run that statement itself")
-    if "query" not in low:
-        return True, set()
-    toks = toks if toks is not None else _tokens(sql)
-    if toks is None:
-        return False, _words(sql)
-    read_only, tables = True, set()
-    for i, tok in enumerate(toks):
-        if tok.word == "query" and i + 1 < len(toks) and toks[i + 1].text == "(":
-            text = _string_value(toks[i + 2].text) if i + 3 < len(toks) and toks[i + 2].kind == "string_const" \
-                and toks[i + 3].text == ")" else None
-            if text is None:
-                raise UnsupportedSqlError("query(...) with SQL text that is not one constant string: crr cannot check "
-                                          "what it runs; pass the SQL as a literal string")
-            inner = _statement(text, depth + 1)
-            read_only = read_only and inner.read_only
-            tables |= inner.tables
-    return read_only, tables
-
-
-def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Other:
-    """Classify a statement that is neither crr DDL nor plain DML: read-only or not, and the tables it names.
-
-    Raises UnsupportedSqlError for statements crr refuses whatever they touch: USE and changes of the
-    current schema, PREPARE of a statement that may write, IMPORT DATABASE / COPY FROM DATABASE, and SQL
-    text it cannot check.
-    """
-    if depth > _MAX_DEPTH:
-        raise UnsupportedSqlError("statement nested too deeply for crr to check")
-    toks = _tokens(sql)
-    if tree is not None and (toks is None or not _agrees(sql, toks)):
-        tree = None  # sqlglot read other code than DuckDB would run: go by DuckDB alone
-    facts = _facts(tree) if tree is not None else None
-    if facts is not None and not facts.complete:
-        facts = None  # sqlglot understood only part of it: its tree vouches for nothing
-    text_ro, text_tables = _sql_text_effects(sql, toks, depth)
-    types = _duck_types(sql)
-    if types is None or toks is None or not toks:
-        # DuckDB's parser (without any extension the site may load) cannot read it: it is not read-only
-        return Other(sql=sql, tree=tree, read_only=False, tables=_words(sql) | text_tables)
-    if len(types) != 1:
-        raise SqlError(f"expected one SQL statement, got {len(types)}; run statements one at a time")
-    kind, first = types[0], toks[0].word
-    base = facts.tables if facts is not None else _words(sql)
-    _refuse_schema_switch(kind, toks)
-    if first == "import" or (first in ("copy", "pragma") and len(toks) > 1
-                             and toks[1].word in ("from", "import_database", "copy_database")):
-        raise UnsupportedSqlError("IMPORT DATABASE and COPY FROM DATABASE run statements crr cannot check (they may "
-                                  "write crr relations); load the data into plain tables another way")
-    read_only, tables = False, base
-    if kind == "SELECT":
-        read_only, tables = _select(sql, facts, toks)
-    elif kind == "EXPLAIN":
-        read_only, tables = _explain(sql, toks, depth)
-    elif kind == "PREPARE":
-        read_only, tables = _prepare(sql, toks, depth)
-    elif kind == "CALL" and len(toks) > 1:
-        inner = _statement("SELECT * FROM " + sql[toks[1].start:], depth + 1)  # CALL f(...) = SELECT * FROM f(...)
-        read_only, tables = inner.read_only, inner.tables
-    elif kind == "COPY":
-        read_only, tables = _copy(sql, toks, facts, depth)
-    elif kind == "SET":  # a setting or variable changes no table (schema switches were refused above)
-        read_only = facts is not None and not facts.nested_writes
-    elif kind == "PRAGMA":
-        read_only = first == "pragma" and len(toks) > 1 and toks[1].word in _READ_PRAGMAS
-        tables = base | _words(sql)
-    elif kind in ("VACUUM", "EXPORT"):  # ANALYZE recomputes statistics, EXPORT writes files: no row changes
-        read_only = True
-    elif kind == "MULTI" and first in ("pivot", "unpivot"):
-        # a PIVOT statement that first looks up its columns' values: DuckDB cannot serialize it, so it is a read
-        # if sqlglot parsed all of it and neither its tree nor its keywords hold a data-changing statement
-        read_only = facts is not None and not facts.writes \
-            and not any(t.kind == "keyword" and t.word in _DML_WORDS for t in toks)
-    elif kind == "ATTACH":  # the new database's name qualifies names as a schema does: `_crr.x` would be ambiguous
-        tables = base | _words(sql) | {f"{w}." for w in _words(sql) if not w.endswith(".")}
-    return Other(sql=sql, tree=tree, read_only=read_only and text_ro, tables=tables | text_tables)
-
-
-def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:
-    """Refuse USE and SET/PRAGMA of schema or search_path to anything but main."""
-    if kind != "SET":
-        return
-    words = [t.word for t in toks]
-    if words[0] == "use":
-        raise UnsupportedSqlError("USE is not supported: crr sites keep main as the current schema (crr's own "
-                                  "statements use unqualified names); qualify names instead, e.g. other_db.main.t")
-    if words[0] == "reset":
-        return
-    if words[0] not in ("set", "pragma"):
-        raise UnsupportedSqlError(f"crr cannot check this setting statement ({toks[0].text} ...)")
-    i = 2 if len(words) > 2 and words[1] in ("session", "global", "local") else 1
-    if i >= len(toks) or words[i] not in ("schema", "search_path"):
-        return
-    value = toks[i + 1:]
-    if value and value[0].text.lower() in ("=", "to"):
-        value = value[1:]
-    if value and value[-1].text == ";":
-        value = value[:-1]
-    if len(value) == 1:
-        v = value[0]
-        text = _string_value(v.text) if v.kind == "string_const" else v.word
-        if text is not None and text.strip().lower() in ("main", "default"):
-            return
-    raise UnsupportedSqlError(f"SET {words[i]} to anything but main is not supported: crr sites keep main as the "
-                              "current schema (crr's own statements use unqualified names); qualify names instead")
-
-
-def _select(sql: str, facts: _Facts | None, toks: list[_Tok]) -> tuple[bool, set[str]]:
-    """A SELECT-type statement (SELECT, WITH, FROM, VALUES, TABLE, DESCRIBE, SHOW, SUMMARIZE...).
-
-    It can change a table only through a data-modifying CTE, which needs an INSERT, UPDATE, DELETE or MERGE
-    keyword; without one and with sqlglot's full tree, that tree gives the tables. Otherwise DuckDB's own
-    tree (JSON) decides.
-    """
-    if facts is not None and not any(t.kind == "keyword" and t.word in _DML_CTE_WORDS for t in toks):
-        return not facts.writes, facts.tables
-    tables: set[str] = set()
-    duck = _duck_tree(sql)
-    read_only = duck is not None and _json_read_only(duck, tables)
-    if facts is not None:
-        read_only = read_only and not facts.writes
-        tables |= facts.tables
-    if duck is None:
-        tables |= _words(sql)
-    return read_only, tables
-
-
-def _explain(sql: str, toks: list[_Tok], depth: int) -> tuple[bool, set[str]]:
-    """EXPLAIN only plans its statement (read-only); EXPLAIN ANALYZE runs it, so it does what it does."""
-    if toks[0].word != "explain" or len(toks) < 2:
-        return False, _words(sql)
-    i, analyze = 1, False
-    if toks[1].text == "(":  # EXPLAIN (option, ...): DuckDB runs the statement if ANALYZE is named at all
-        j = _close(toks, 1)
-        if j < 0:
-            return False, _words(sql)
-        analyze = any(t.word in ("analyze", "analyse") for t in toks[2:j])
-        i = j + 1
-    while i < len(toks) and toks[i].word in ("analyze", "analyse"):
-        analyze, i = True, i + 1
-    if i >= len(toks):
-        return False, _words(sql)
-    inner = sql[toks[i].start:]
-    if analyze:
-        stmt = _statement(inner, depth + 1)
-        return stmt.read_only, stmt.tables
-    try:
-        return True, _statement(inner, depth + 1).tables
-    except SqlError:
-        return True, set()
-
-
-def _prepare(sql: str, toks: list[_Tok], depth: int) -> tuple[bool, set[str]]:
-    """PREPARE name AS statement: allowed only for a read-only statement (EXECUTE could not be checked)."""
-    i = 2
-    if i < len(toks) and toks[i].text == "(":
-        i = _close(toks, i) + 1 if _close(toks, i) >= 0 else len(toks)
-    if i + 1 < len(toks) and toks[i].word == "as":
-        stmt = _statement(sql[toks[i + 1].start:], depth + 1)
-        if stmt.read_only:
-            return True, stmt.tables
-    raise UnsupportedSqlError("PREPARE is supported only for read-only statements: what EXECUTE later runs cannot "
-                              "be checked; run the statement itself (Site.execute takes parameters)")
-
-
-def _copy(sql: str, toks: list[_Tok], facts: _Facts | None, depth: int) -> tuple[bool, set[str]]:
-    """COPY table/(query) TO file only reads; COPY ... FROM file writes the table."""
-    if len(toks) > 1 and toks[1].text == "(":
-        j = _close(toks, 1)
-        if j > 2 and j + 1 < len(toks) and toks[j + 1].word == "to":
-            stmt = _statement(sql[toks[2].start:toks[j].start], depth + 1)
-            return stmt.read_only, stmt.tables
-        return False, _words(sql)
-    depth_ = 0
-    for tok in toks[1:]:
-        if tok.kind == "operator":
-            depth_ += tok.text.count("(") - tok.text.count(")")
-        elif depth_ == 0 and tok.word in ("from", "to"):
-            source = facts.tables if facts is not None else _words(sql[:tok.start])
-            return tok.word == "to", source
-    return False, _words(sql)
 
 
 def _kind_of(words: str) -> RelationKind:

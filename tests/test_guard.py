@@ -4,7 +4,8 @@ crr decides whether a statement is read-only by what DuckDB will execute, not by
 Every bypass below once passed as a read and changed an APP table (or crr's internal ``_crr`` tables)
 behind crr's back: views stopped equalling their queries and peers never heard of it. Each is now
 refused, and the site is exactly as it was. Real reads, and writes to the user's own plain DuckDB
-tables, still work.
+tables, still work, also when they read crr relations (``CREATE TABLE report AS SELECT * FROM t``):
+the guard tells the tables a statement writes from those it only reads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 import crr
 from crr.errors import UnsupportedSqlError
+from crr.sql.guard import statement_effects
 from crr.sql.statements import Other, classify
 
 VIEW_QUERY = "SELECT a, b FROM t WHERE a > 1"
@@ -216,6 +218,30 @@ def test_attaching_a_database_named_like_crrs_schema_is_refused(site: crr.Site, 
     assert_crr_still_works(site)
 
 
+@pytest.mark.parametrize("sql", [
+    "CREATE MACRO greatest(a, b) AS 0",  # crr's merge SQL calls greatest(): merges would go wrong
+    "CREATE OR REPLACE TEMP MACRO hash(x) AS 7",
+    "CREATE MACRO IF NOT EXISTS md5_number(x) AS 1",
+    "CREATE FUNCTION main.list_value(a) AS 9",
+    'CREATE MACRO "Abs"(x) AS 42',
+    "CREATE MACRO range(n) AS TABLE SELECT 1 AS x",
+    "EXPLAIN ANALYZE CREATE MACRO greatest(a, b) AS 0",
+])
+def test_macros_that_replace_builtin_functions_are_refused(site: crr.Site, sql: str) -> None:
+    """A macro named like a built-in function replaces it in crr's own statements too."""
+    assert_refused(site, sql)
+    assert site.execute("SELECT greatest(1, 2), hash(1) = hash(1)") == [(2, True)]
+    assert_crr_still_works(site)
+
+
+def test_macros_with_their_own_names_still_work(site: crr.Site) -> None:
+    """Any macro name DuckDB does not have built in is the user's."""
+    site.execute("CREATE MACRO my_greatest(a, b) AS greatest(a, b) + 1")
+    site.execute("CREATE TEMP MACRO greatest_ever() AS 99")
+    assert site.execute("SELECT my_greatest(1, 2), greatest_ever()") == [(3, 99)]
+    assert_crr_still_works(site)
+
+
 def test_import_database_is_refused(site: crr.Site, tmp_path: Path) -> None:
     """IMPORT DATABASE runs statements crr cannot check; an export holding a table t would load into t."""
     con = duckdb.connect()
@@ -359,6 +385,161 @@ def test_classify_reports_what_duckdb_will_do(sql: str, read_only: bool, tables:
     assert isinstance(stmt, Other)
     assert stmt.read_only is read_only
     assert tables <= stmt.tables
+
+
+# --- statements that only READ crr relations and write elsewhere pass; their twins that write crr do not
+
+@pytest.mark.parametrize("sql,check,expected", [
+    ("CREATE TABLE report AS SELECT * FROM t", "SELECT count(*) FROM report", [(3,)]),
+    ("CREATE TABLE report AS FROM v", "SELECT count(*) FROM report", [(2,)]),
+    ("CREATE TEMP TABLE report AS SELECT * FROM t WHERE a > 1", "SELECT count(*) FROM report", [(2,)]),
+    ("CREATE TABLE other.report AS SELECT t.a, v.b FROM t JOIN v USING (a)", "SELECT count(*) FROM other.report",
+     [(2,)]),
+    ("CREATE OR REPLACE TABLE plain AS SELECT * FROM t", "SELECT count(*) FROM plain", [(3,)]),
+    ("CREATE TABLE snap AS SELECT count(*) AS n FROM _crr.cl", "SELECT n FROM snap", [(3,)]),
+    ("CREATE VIEW pv AS SELECT * FROM t WHERE a < 3", "SELECT count(*) FROM pv", [(2,)]),
+    ("CREATE MACRO t_rows() AS (SELECT count(*) FROM t)", "SELECT t_rows()", [(3,)]),
+    ("CREATE INDEX plain_a ON plain(a)", "SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'plain_a'",
+     [(1,)]),
+    ("EXPLAIN ANALYZE INSERT INTO plain SELECT * FROM t", "SELECT count(*) FROM plain", [(4,)]),
+    ("EXPLAIN ANALYZE CREATE TABLE report AS SELECT * FROM v", "SELECT count(*) FROM report", [(2,)]),
+    ("WITH d AS (INSERT INTO plain SELECT * FROM t RETURNING *) SELECT count(*) FROM d",
+     "SELECT count(*) FROM plain", [(4,)]),
+    ("WITH d AS (UPDATE plain SET b = (SELECT max(b) FROM t) RETURNING *) SELECT * FROM d",
+     "SELECT * FROM plain", [(10, "z")]),
+    ("MERGE INTO plain USING t ON plain.a = t.a WHEN NOT MATCHED THEN INSERT VALUES (t.a, t.b)",
+     "SELECT count(*) FROM plain", [(4,)]),
+    ("INSERT INTO plain SELECT * FROM t", "SELECT count(*) FROM plain", [(4,)]),
+])
+def test_writing_elsewhere_what_is_read_from_crr_relations_passes(site: crr.Site, sql: str, check: str,
+                                                                  expected: list) -> None:
+    """Reading a crr relation into a plain table, view, macro or file changes no crr relation: it runs."""
+    before = state(site)
+    site.execute(sql)
+    assert site.execute(check) == expected
+    assert state(site) == before
+    assert_crr_still_works(site)
+
+
+def test_copy_of_a_query_over_crr_relations_to_a_file_passes(site: crr.Site, tmp_path: Path) -> None:
+    """COPY (query) TO a file reads; the file holds the rows."""
+    before = state(site)
+    site.execute(f"COPY (SELECT t.* FROM t JOIN v USING (a)) TO '{tmp_path / 'j.csv'}'")
+    assert (tmp_path / "j.csv").read_text().count("\n") == 3  # header and 2 rows
+    assert state(site) == before
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE OR REPLACE TABLE t AS SELECT * FROM plain",
+    "CREATE OR REPLACE TABLE main.t AS SELECT * FROM t",
+    "CREATE TEMP TABLE t AS SELECT * FROM plain",  # would shadow t for crr's unqualified statements
+    "CREATE TABLE temp.main.t AS SELECT * FROM plain",
+    "CREATE TEMP VIEW v AS SELECT * FROM plain",
+    "CREATE OR REPLACE VIEW v AS SELECT * FROM plain",
+    "CREATE TABLE _crr.report AS SELECT * FROM t",
+    "CREATE VIEW _crr.pv AS SELECT * FROM t",
+    "CREATE INDEX t_b ON t(b)",
+    "CREATE UNIQUE INDEX t_b ON t(b)",  # would make crr's own writes of t fail
+    "CREATE INDEX plain_a ON plain(a) WHERE a IN (SELECT a FROM t)",
+    "CREATE TABLE child (x INT REFERENCES t(a))",  # a foreign key constrains deletes from t
+    "EXPLAIN ANALYZE INSERT INTO t SELECT * FROM plain",
+    "EXPLAIN ANALYZE CREATE OR REPLACE TABLE t AS SELECT * FROM plain",
+    "WITH d AS (INSERT INTO t SELECT * FROM plain RETURNING *) SELECT count(*) FROM d",
+    "WITH d AS (UPDATE t SET b = (SELECT max(b) FROM plain) RETURNING *) SELECT * FROM d",
+    "MERGE INTO t USING plain ON plain.a = t.a WHEN NOT MATCHED THEN INSERT VALUES (plain.a, plain.b)",
+    "MERGE INTO v USING t ON v.a = t.a WHEN MATCHED THEN DELETE",
+    "ALTER TABLE t ADD COLUMN c INT",
+    "ALTER TABLE t RENAME TO t2",
+    "ALTER VIEW v RENAME TO v2",
+    "DROP TABLE t CASCADE",
+    "DROP VIEW IF EXISTS main.v",
+    "DROP TABLE _crr.cl",
+    "DROP SCHEMA _crr CASCADE",
+    "TRUNCATE t",
+    "TRUNCATE _crr.cl",
+    "COMMENT ON TABLE t IS 'mine'",
+])
+def test_writing_a_crr_relation_while_reading_elsewhere_is_refused(site: crr.Site, sql: str) -> None:
+    """The twins of the statements above: each writes (or shadows) a crr relation or crr's schema."""
+    assert_refused(site, sql)
+    assert_crr_still_works(site)
+
+
+def test_copy_from_a_file_into_a_crr_relation_is_refused(site: crr.Site, csv_file: str) -> None:
+    """COPY ... FROM a file writes its table: refused for crr relations and crr's schema, fine for plain tables."""
+    assert_refused(site, f"COPY t FROM '{csv_file}'")
+    assert_refused(site, f"COPY v FROM '{csv_file}'")
+    assert_refused(site, f"COPY main.t FROM '{csv_file}' (HEADER false)")
+    assert_refused(site, f"COPY _crr.cl FROM '{csv_file}'")
+    site.execute(f"COPY plain FROM '{csv_file}'")
+    assert site.execute("SELECT count(*) FROM plain") == [(2,)]
+
+
+@pytest.mark.parametrize("sql,writes", [
+    ("SELECT * FROM t", set()),
+    ("COPY t TO 'x.csv'", set()),
+    ("COPY (SELECT * FROM t) TO 'x.csv'", set()),
+    ("EXPLAIN DELETE FROM t", set()),
+    ("CREATE TABLE report AS SELECT * FROM t", {"report"}),
+    ("CREATE TABLE other.r AS SELECT * FROM _crr.cl", {"r", "other."}),
+    ("CREATE OR REPLACE TABLE t AS SELECT * FROM plain", {"t"}),
+    ("CREATE VIEW pv AS SELECT * FROM v", {"pv"}),
+    ("CREATE SCHEMA s2", {"s2."}),
+    ("CREATE INDEX i ON plain(a)", {"plain"}),
+    ("CREATE INDEX i ON t(a)", {"t"}),
+    ("CREATE TABLE child (x INT REFERENCES t(a))", {"child", "t"}),
+    ("EXPLAIN ANALYZE INSERT INTO plain SELECT * FROM t", {"plain"}),
+    ("EXPLAIN ANALYZE UPDATE plain SET b = t.b FROM t WHERE plain.a = t.a", {"plain"}),
+    ("EXPLAIN ANALYZE DELETE FROM plain USING t WHERE plain.a = t.a", {"plain"}),
+    ("WITH d AS (INSERT INTO plain SELECT * FROM t RETURNING *) SELECT * FROM d", {"plain"}),
+    ("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", {"t"}),
+    ("WITH d AS (DELETE FROM t RETURNING a) DELETE FROM plain WHERE a IN (SELECT a FROM d)", {"plain", "t"}),
+    ("MERGE INTO plain USING t ON plain.a = t.a WHEN MATCHED THEN DELETE", {"plain"}),
+    ("COPY t FROM 'x.csv'", {"t"}),
+    ("DROP SCHEMA _crr CASCADE", {"_crr."}),
+    ("TRUNCATE plain", {"plain"}),
+    ("ALTER TABLE plain RENAME TO t", {"plain", "t"}),
+])
+def test_classify_tells_writes_from_reads(sql: str, writes: set[str]) -> None:
+    """``Other.writes`` holds exactly the tables (and ``schema.``) a statement changes when crr can tell."""
+    stmt = classify(sql)
+    assert isinstance(stmt, Other)
+    assert stmt.writes == writes
+    assert writes <= stmt.tables
+
+
+@pytest.mark.parametrize("sql,must_write", [
+    ("COMMENT ON TABLE t IS 'x'", {"t"}),  # sqlglot's tree is not DuckDB's ALTER: every name may be written
+    ("CREATE TABLE pv AS PIVOT t ON b USING max(a)", {"pv", "t"}),  # sqlglot cannot parse it
+    ("INSERT INTO plain SELECT * FROM t ON CONFLICT (a) DO UPDATE SET b = excluded.b "
+     "RETURNING (SELECT count(*) FROM (DELETE FROM t RETURNING *))", {"plain", "t"}),
+    ("CREATE TABLE report AS SELECT * FROM query('SELECT * FROM t')", {"report"}),
+])
+def test_writes_over_approximate_when_crr_cannot_tell(sql: str, must_write: set[str]) -> None:
+    """When crr cannot see which tables a statement changes, it may change every table it names."""
+    try:
+        stmt = classify(sql)
+    except crr.CrrError:
+        return  # refused outright: as safe
+    assert isinstance(stmt, Other)
+    assert not stmt.read_only
+    assert must_write <= stmt.writes
+
+
+def test_other_built_without_writes_may_write_all_it_names() -> None:
+    """Code that builds an Other by hand keeps the old meaning: if it is not read-only, every table it names
+    may change; a read-only Other changes nothing."""
+    assert Other(sql="x", tree=None, read_only=False, tables={"t", "_crr."}).writes == {"t", "_crr."}
+    assert Other(sql="x", tree=None, read_only=True, tables={"t"}).writes == set()
+    assert Other(sql="x", tree=None, read_only=True, tables={"t"}, writes={"t"}).writes == set()
+
+
+def test_statement_effects_is_the_guards_entry_point() -> None:
+    """crr.sql.guard.statement_effects judges a statement without classifying it."""
+    effects = statement_effects("CREATE TABLE report AS SELECT * FROM t")
+    assert (effects.read_only, effects.writes) == (False, frozenset({"report"}))
+    assert effects.tables >= {"report", "t"}
+    assert statement_effects("SELECT 1").read_only
 
 
 def test_classify_refuses_several_statements() -> None:

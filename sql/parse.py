@@ -1,0 +1,53 @@
+"""Read SQL text into sqlglot trees the way crr names things: DuckDB's dialect, identifiers folded.
+
+Identifiers are case-insensitive: unquoted and quoted names are folded to lower case (ASCII letters
+only), as DuckDB compares them. This is the base the rest of ``crr.sql`` builds on; it imports nothing
+from crr but its errors.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from crr.errors import SqlError
+
+DIALECT = "duckdb"
+"""The sqlglot dialect crr reads and writes SQL in."""
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold_identifier(name: str) -> str:
+    """The form crr stores an identifier in: ASCII letters lower-cased, as DuckDB compares names
+    (``"À"`` and ``"à"`` are different names to DuckDB, ``"A"`` and ``"a"`` the same)."""
+    return name.translate(_ASCII_LOWER)
+
+
+def normalize_name(name: str) -> str:
+    """Fold an identifier (quoted or not) to the form crr stores in its catalog."""
+    if len(name) >= 2 and name[0] == '"' and name[-1] == '"':
+        name = name[1:-1].replace('""', '"')
+    return fold_identifier(name)
+
+
+def parse_one(sql: str) -> exp.Expression:
+    """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
+    try:
+        trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
+    except ParseError as e:
+        raise SqlError(f"cannot parse SQL: {_first_line(str(e))}") from None
+    if len(trees) != 1:
+        raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
+    return _lower_identifiers(trees[0])
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _lower_identifiers(tree: exp.Expression) -> exp.Expression:
+    for ident in tree.find_all(exp.Identifier):
+        ident.set("this", fold_identifier(ident.this))
+    return tree
