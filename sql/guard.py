@@ -569,6 +569,8 @@ def _select(sql: str, facts: _Facts | None, toks: list[_Tok]) -> Effects:
         tables |= facts.tables
         if writes is not None:
             writes |= facts.targets
+    if writes is None:  # a write whose target crr cannot read: it may write any name in the text
+        tables |= _words(sql)
     return _effects(read_only, tables, writes)
 
 
