@@ -30,16 +30,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
-from crr.errors import ConstraintError
 from crr.types import (key_hash_of_texts, quote_ident, quote_str, text_value_sql, tuple_id_of_texts,
                        value_text_sql)
+from crr.writes import key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
 
@@ -203,7 +202,7 @@ class PointWrite:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
 
-    def _run(self, sql: str, params: list[Any]) -> list[tuple]:
+    def _run(self, sql: str, params: list | dict | None) -> list[tuple]:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
@@ -214,8 +213,7 @@ class PointWrite:
         :data:`POINT_ROWS` rows. Relations deriving from the table are the caller's to maintain
         from the result.
         """
-        sql = rows_sql(rel, source, old, new)
-        found = (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
+        found = self._run(rows_sql(rel, source, old, new), params)
         if len(found) > POINT_ROWS:
             return None
         width = len(rel.columns)
@@ -314,21 +312,13 @@ def _check_not_null(rel: Relation, news: list[_Row]) -> None:
         i = rel.column_names.index(col)
         n = len({r.id for r in news if r.values[i] is None})
         if n:
-            what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
-            raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
-                                  "nothing was written")
+            raise null_error(rel, col, n)
 
 
 def _check_keys(rel: Relation, news: list[_Row], freed: set) -> None:
     """Refuse two values for one key in the statement, or a key another visible version holds."""
-    keys = ", ".join(rel.key)
     if len({r.id for r in news}) > len({r.kh for r in news}):
-        raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "
-                              "values; nothing was written")
+        raise repeated_key_error(rel)
     for row in news:
-        if row.kh in freed:
-            continue
-        if any(vvis and vid != row.id for vid, _, _, vvis in row.versions):
-            key_vals = ", ".join(f"{c}={row.values[rel.column_names.index(c)]!r}" for c in rel.key)
-            raise ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
-                                  "values; use UPDATE to change it (nothing was written)")
+        if row.kh not in freed and any(vvis and vid != row.id for vid, _, _, vvis in row.versions):
+            raise key_clash_error(rel, row.values)

@@ -14,6 +14,8 @@ Primary-key and NOT NULL rules are checked here, before anything is written.
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import duckdb
 
 from crr.catalog import Relation
@@ -122,21 +124,37 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
         for col in rel.not_null:
             n = _one(con, f"SELECT count(DISTINCT id) FROM {new} WHERE {rel.aug_column(col)} IS NULL")[0]
             if n:
-                what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
-                raise ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({n} row(s) give NULL); "
-                                      "nothing was written")
+                raise null_error(rel, col, n)
     if not rel.key:
         return None
     dup, clash, seen = found[1 if nulls else 0:]
-    keys = ", ".join(rel.key)
     if dup:
-        raise ConstraintError(f"the statement writes a key of {rel.name} ({keys}) more than once with different "
-                              "values; nothing was written")
+        raise repeated_key_error(rel)
     if clash:
         row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
                               JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
                               LIMIT 1""").fetchall()[0]
-        key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
-        raise ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
-                              "values; use UPDATE to change it (nothing was written)")
+        raise key_clash_error(rel, row)
     return seen
+
+
+# The refusals of a local write (the batch path above and crr.point raise the same ones).
+
+def null_error(rel: Relation, col: str, rows: int) -> ConstraintError:
+    """``rows`` written rows give NULL in ``col``, which is NOT NULL (or part of the key)."""
+    what = "PRIMARY KEY" if col in rel.key else "NOT NULL"
+    return ConstraintError(f"{rel.name}.{col} is {what} and cannot be NULL ({rows} row(s) give NULL); "
+                           "nothing was written")
+
+
+def repeated_key_error(rel: Relation) -> ConstraintError:
+    """The statement writes one key with two different rows."""
+    return ConstraintError(f"the statement writes a key of {rel.name} ({', '.join(rel.key)}) more than once with "
+                           "different values; nothing was written")
+
+
+def key_clash_error(rel: Relation, row: Sequence[Any]) -> ConstraintError:
+    """A written row (its values in column order) has the key of another visible row."""
+    key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
+    return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
+                           "values; use UPDATE to change it (nothing was written)")
