@@ -511,7 +511,7 @@ class Site:
 
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
-        lineage holds it): only then does a write to ``rel`` need the batch pipeline."""
+        lineage holds it): only then does a point write to ``rel`` need the maintainer after it."""
         return bool(self._rels.derived_from(rel.name))
 
     def insert_many(self, table: str, rows: Any) -> int:
