@@ -33,10 +33,12 @@ from collections.abc import Mapping
 from enum import Enum
 
 import duckdb
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
 from crr.catalog import Relation
+from crr.causal import cl_merge_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -201,7 +203,10 @@ class Maintainer:
             self.con.execute("; ".join(f"DROP TABLE IF EXISTS {temp_table(name)}" for name in self._temps))
         self._temps.clear()
         for view in self._registered:
-            self.con.unregister(view)
+            try:
+                self.con.unregister(view)
+            except duckdb.Error:
+                pass  # an aborted transaction: the next batch registers the name anew; keep its error
         self._registered.clear()
 
     # -- the pipeline --------------------------------------------------------------------------
@@ -256,76 +261,46 @@ class Maintainer:
     def _merge_cl(self, batch: Batch) -> None:
         """Join the batch's causal lengths into ``_crr.cl`` and note which ids' visibility flipped.
 
-        Two statements: one computes every entry that grows or whose visibility flips (with the new
-        and old flag), one MERGE writes them. A local write hands its exact changes, after which
-        visibility is plain parity (see :mod:`crr.writes`); a merge recomputes it key-wide.
+        A local write hands its exact growing entries (with their old visibility): one MERGE writes
+        them, and visibility is plain parity (see :mod:`crr.writes`). A merge's entries are written
+        by one ``MERGE ... RETURNING`` (:func:`crr.causal.cl_merge_sql`) that recomputes visibility
+        key-wide and returns what it wrote, registered as the batch's flips.
         """
         if batch.cl is None:
             return
         if batch.cl_changes is not None:  # a local write: exact growing entries with old_vis
-            dcl, changed = batch.cl, batch.cl_changes
-            vis, grew = "(d.cl % 2 = 1)", "true"
-        else:
-            changed = self.temp("_crr_dcl", self._cl_delta_sql(batch))
-            dcl, vis, grew = temp_table("_crr_dcl"), "d.vis", "d.grew"
+            self._write_local_cl(batch)
+            return
+        written = self.con.sql(cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed)).to_arrow_table()
+        self.result.cl_changed = written.num_rows
+        if written.num_rows == 0:
+            return
+        self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', written)})"
+        self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
+                             set(written.column("rel").unique().to_pylist()))
+
+    def _write_local_cl(self, batch: Batch) -> None:
+        """Write a local write's exact growing entries (``batch.cl``, with ``old_vis``) in one MERGE."""
+        assert batch.cl is not None
+        dcl, changed = batch.cl, batch.cl_changes or 0
         self.result.cl_changed = changed
         if changed == 0:
             return
+        vis = "(d.cl % 2 = 1)"
         self.x(f"""MERGE INTO _crr.cl AS c USING {dcl} AS d ON c.id = d.id
-                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis},
-                        seq = CASE WHEN {grew} THEN {self.seq} ELSE c.seq END
+                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis}, seq = {self.seq}
                    WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
                         VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {self.seq})""")
         self.flips = f"(SELECT d.id, d.rel, {vis} AS vis FROM {dcl} d WHERE {vis} <> d.old_vis)"
         self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
                              {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {dcl}").fetchall()})
 
-    @staticmethod
-    def _cl_delta_sql(batch: Batch) -> str:
-        """Entries of a merged batch that grow (max of cl and stamp) or flip visibility.
-
-        Columns: id, rel, kh, cl, stamp, old_vis, vis, grew. Unkeyed entries are visible iff their
-        length is odd; keyed ones are recomputed over every version of their keys (DESIGN 1.2).
-        """
-        # one row per id; an id's relation and key hash never change, so entries disagreeing with
-        # each other or with what this site stored for the id are forged (the check sits in a column
-        # every later step reads, so it always runs)
-        forged = ("error('crr: causal-length entries of ' || n.rel || ' disagree about a tuple''s relation or key "
-                  "hash; the changeset is corrupt or forged')")
-        n = f"""(SELECT n.id, n.rel, CASE WHEN n.mixed OR (c.id IS NOT NULL AND (c.rel <> n.rel OR c.kh IS DISTINCT FROM n.kh))
-                                  THEN {forged} ELSE n.kh END AS kh, n.cl, n.stamp,
-                        c.id IS NOT NULL AS known, c.cl AS old_cl, c.stamp AS old_stamp, c.vis AS old_vis
-                 FROM (SELECT id, min(rel) AS rel, min(kh) AS kh, max(cl) AS cl, max(coalesce(stamp, 0::UHUGEINT)) AS stamp,
-                              min(rel) <> max(rel) OR min(kh) IS DISTINCT FROM max(kh)
-                                  OR (count(kh) > 0 AND count(kh) < count(*)) AS mixed
-                       FROM {batch.cl} GROUP BY id) n
-                 LEFT JOIN _crr.cl c ON c.id = n.id)"""
-        ctes, parts = [f"n AS {n}"], []
-        if batch.cl_unkeyed is not False:
-            parts.append("""
-                SELECT n.id, n.rel, n.kh, greatest(n.cl, n.old_cl) AS cl, greatest(n.stamp, n.old_stamp) AS stamp,
-                       coalesce(n.old_vis, false) AS old_vis, greatest(n.cl, n.old_cl) % 2 = 1 AS vis, true AS grew
-                FROM n
-                WHERE n.kh IS NULL AND (NOT n.known OR n.cl > n.old_cl OR n.stamp > n.old_stamp)""")
-        if batch.cl_keyed is not False:
-            # every version of the batch's keys, merged; a version is visible when it is present and
-            # has its key's largest stamp among present versions (a GROUP BY: windows are slower here)
-            versions = """(SELECT coalesce(n.id, c.id) AS id, coalesce(n.rel, c.rel) AS rel,
-                                  coalesce(n.kh, c.kh) AS kh, greatest(n.cl, c.cl) AS cl,
-                                  greatest(n.stamp, c.stamp) AS stamp, coalesce(c.vis, false) AS old_vis,
-                                  n.id IS NOT NULL AND (NOT n.known OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
-                           FROM (SELECT * FROM n WHERE kh IS NOT NULL) n
-                           FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
-                                      WHERE kh IN (SELECT kh FROM n WHERE kh IS NOT NULL)) c ON c.id = n.id)"""
-            ctes.append(f"v AS {versions}")
-            parts.append("""
-                SELECT * FROM (
-                    SELECT v.id, v.rel, v.kh, v.cl, v.stamp, v.old_vis,
-                           coalesce(v.cl % 2 = 1 AND v.stamp = w.top, false) AS vis, v.grew
-                    FROM v JOIN (SELECT kh, max(stamp) FILTER (WHERE cl % 2 = 1) AS top FROM v GROUP BY kh) w
-                         ON w.kh = v.kh)
-                WHERE grew OR vis <> old_vis""")
-        return "WITH " + ", ".join(ctes) + " " + " UNION ALL ".join(parts)
+    def _register(self, name: str, table: pa.Table) -> str:
+        """Register an Arrow table as a view for the rest of the batch; return its quoted name."""
+        view = f"{name}_arrow"
+        self.con.register(view, table)
+        self._registered.append(view)
+        return quote_ident(view)
 
     # 2. base tuples -----------------------------------------------------------------------------
     def _merge_base(self, rel: Relation, table: str, local: bool = False) -> None:
