@@ -310,13 +310,14 @@ class Maintainer:
             self.new_base[rel.name] = table
             self.counts(rel.name).new_tuples += n
             return
-        name = f"_crr_new_{rel.name}"
-        n = self.temp(name, f"""SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')} FROM {table} n
-                                ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
-        if n:
-            self.x(f"INSERT INTO {rel.aug('t')} SELECT id, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
-            self.new_base[rel.name] = temp_table(name)
-            self.counts(rel.name).new_tuples += n
+        # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
+        added = self.con.sql(f"""INSERT INTO {rel.aug('t')}
+            SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq} FROM {table} n
+            ANTI JOIN {rel.aug('t')} t ON t.id = n.id
+            RETURNING id, {cols_sql(rel)}""").to_arrow_table()
+        if added.num_rows:
+            self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
+            self.counts(rel.name).new_tuples += added.num_rows
 
     # 3. derived tuples received directly ----------------------------------------------------------
     def _merge_received(self, rel: Relation, tuples: str, monos: str | None) -> None:
