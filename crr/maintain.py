@@ -516,10 +516,15 @@ class Maintainer:
         counts.deleted += dele
 
     def _patch_base(self, rel: Relation) -> None:
-        """Patch a replicated table's APP rows: tuples whose visibility flipped, and new visible tuples.
+        """Patch a replicated table's APP rows after a merge: new visible tuples, and known tuples
+        whose visibility flipped.
 
-        Values of new tuples come from the batch; the AUG table and ``_crr.cl`` are probed only for
-        the rows that need them (an empty probe list makes DuckDB skip the big table's scan).
+        An APP table holds the values of exactly the visible tuples this site has, and a tuple's id
+        is a hash of its values, so a tuple this batch added cannot be in it yet: the visible ones
+        are appended by a plain INSERT, which never scans the APP table. Only known tuples whose
+        visibility flipped need matching, by one MERGE (an empty source makes DuckDB skip the
+        scans). Values come from the batch; ``$t`` and ``_crr.cl`` are probed only for the rows that
+        need them.
         """
         exact = self.batch.app_changes.get(rel.name) if self.batch else None
         if exact is not None:
@@ -530,22 +535,19 @@ class Maintainer:
             return
         flipped = rel.name in self.flipped_rels
         new = self.new_base.get(rel.name)
-        if not flipped and new is None:
-            return
+        counts = self.counts(rel.name)
         flips = f"(SELECT id, vis FROM {self.flips} WHERE rel = {quote_str(rel.name)})"
-        parts = []
-        if flipped and new is not None:
-            parts.append(f"SELECT {cols_sql(rel, 'n')}, f.vis AS keep FROM {new} n "
-                         f"JOIN {flips} f ON f.id = n.id")
+        if new is not None:
+            if flipped:  # new tuples with entries in this batch, and those whose entries came earlier
+                visible = (f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN {flips} f ON f.id = n.id WHERE f.vis "
+                           f"UNION ALL SELECT {cols_sql(rel, 'n')} FROM {new} n ANTI JOIN {flips} f ON f.id = n.id "
+                           f"JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+            else:
+                visible = f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis"
+            counts.inserted += apply_app_changes(self.con, rel, visible, AppPatch.INSERT)[0]
         if flipped:
             older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {new} n ON n.id = f.id)"
-            parts.append(f"SELECT {cols_sql(rel, 't')}, f.vis AS keep FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
-        if new is not None:  # new tuples whose entries came in an earlier batch and are visible
-            quiet = new if not flipped else \
-                f"(SELECT n.* FROM {new} n ANTI JOIN {flips} f ON f.id = n.id)"
-            parts.append(f"SELECT {cols_sql(rel, 'n')}, true AS keep FROM {quiet} n "
-                         f"JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
-        ins, dele = patch_app(self.con, rel, " UNION ALL ".join(parts))
-        counts = self.counts(rel.name)
-        counts.inserted += ins
-        counts.deleted += dele
+            ins, dele = patch_app(self.con, rel, f"SELECT {cols_sql(rel, 't')}, f.vis AS keep "
+                                                 f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
+            counts.inserted += ins
+            counts.deleted += dele
