@@ -28,6 +28,10 @@ Storage layout of one site (all inside one DuckDB file):
   them, kept when monomials may hold more than one id (joins, remote inputs); width-1 relations use
   ``$m.mid``. It only finds the tuples to re-evaluate when an id flips, so absorption leaves its
   entries (a stale entry costs one needless re-evaluation, never a wrong answer).
+* An aggregate view ``v`` is a view whose tuples are the rows of its FROM/WHERE core (``$m``, ``$i``
+  as above); the core's present rows are ``_crr."v$r"`` (in place of an APP table), per-group state
+  ``_crr."v$g"``, COUNT(DISTINCT) multiplicities ``_crr."v$d<j>"``, and ``main.v`` holds the
+  aggregate's rows (see :mod:`crr.aggregate`).
 """
 
 from __future__ import annotations
@@ -38,9 +42,14 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from crr.types import Column, quote_ident
 from crr.sql.compile import ViewPlan
 from crr.sql.statements import RelationKind
+
+if TYPE_CHECKING:
+    from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
 STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)
@@ -64,6 +73,7 @@ class Relation:
     plan: ViewPlan | None = None
     indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
     stored: bool = True  # whether AUG tuples are kept (false only for a source no view joins)
+    aggregate: "AggregateSpec | None" = None  # an aggregate view: its tuples are the core's rows (crr.aggregate)
 
     @property
     def is_base(self) -> bool:
@@ -122,6 +132,11 @@ class Relation:
     def app(self) -> str:
         """Qualified name of the relation's APP table."""
         return f"main.{quote_ident(self.name)}"
+
+    @property
+    def members(self) -> str:
+        """The table of the relation's present tuples: its APP table, or an aggregate view's core rows."""
+        return self.aggregate.rows_table() if self.aggregate is not None else self.app
 
 
 class Catalog(Mapping[str, Relation]):
@@ -226,7 +241,8 @@ def aug_ddl(rel: Relation) -> list[str]:
     app_cols = ", ".join(
         f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in rel.not_null else ''}" for c in rel.columns
     )
-    stmts = [f"CREATE TABLE {rel.app} ({app_cols})"] if rel.has_app else []
+    # an aggregate view's APP, state and core-row tables come from crr.aggregate.create_sql
+    stmts = [f"CREATE TABLE {rel.app} ({app_cols})"] if rel.has_app and rel.aggregate is None else []
     if not rel.stored:
         return stmts
     if rel.is_base:
@@ -245,4 +261,6 @@ def drop_ddl(rel: Relation) -> list[str]:
         stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
     else:
         stmts += [f"DROP TABLE IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('i')}"]
+    if rel.aggregate is not None:
+        stmts += [f"DROP TABLE IF EXISTS {t}" for t in rel.aggregate.tables()]
     return stmts

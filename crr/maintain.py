@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 
 import duckdb
@@ -37,7 +38,9 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from crr import aggregate
 from crr.catalog import Relation
+from crr.errors import SqlError
 from crr.causal import cl_merge_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
@@ -130,13 +133,23 @@ def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -
     ``changes_sql`` yields the relation's AUG columns plus ``keep`` (true: the row is now present,
     false: it is gone). APP tables are sets, so rows match on all columns, NULLs equal.
     """
-    actions = con.execute(f"""MERGE INTO {rel.app} AS app USING ({changes_sql}) AS d
+    actions = con.execute(f"""MERGE INTO {rel.members} AS app USING ({changes_sql}) AS d
         ON {app_match(rel, 'app', 'd')}
         WHEN MATCHED AND NOT d.keep THEN DELETE
         WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
         RETURNING merge_action""").fetchall()
     deleted = sum(1 for (a,) in actions if a == "DELETE")
     return len(actions) - deleted, deleted
+
+
+def patch_members_returning(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> pa.Table:
+    """:func:`patch_app` returning the rows it changed: the relation's columns (as its members
+    table names them) and ``sign`` (1: the row entered, -1: it left)."""
+    return con.sql(f"""MERGE INTO {rel.members} AS app USING ({changes_sql}) AS d
+        ON {app_match(rel, 'app', 'd')}
+        WHEN MATCHED AND NOT d.keep THEN DELETE
+        WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
+        RETURNING {app_cols_sql(rel)}, CASE WHEN merge_action = 'DELETE' THEN -1 ELSE 1 END AS sign""").to_arrow_table()
 
 
 def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: AppPatch) -> tuple[int, int]:
@@ -150,6 +163,19 @@ def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql
                         f"WHERE {app_match(rel, 'app', 'd')}").fetchall()
         return 0, int(n[0][0])
     return patch_app(con, rel, changes_sql)
+
+
+@contextmanager
+def view_errors(view: str) -> Iterator[None]:
+    """A view's query failing on the batch's data (an overflow, a failed cast) is a
+    :class:`~crr.errors.SqlError` naming the view; crr's own checks (``error('crr: ...')``) pass on."""
+    try:
+        yield
+    except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
+        if "crr: " in str(e):
+            raise
+        raise SqlError(f"view {view} cannot be maintained: its query fails on the changed data "
+                       f"({str(e).strip()}); nothing was changed") from None
 
 
 class Maintainer:
@@ -222,13 +248,15 @@ class Maintainer:
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], tuples, monos)
         for name in view_order:
-            self._run_view(self.rels[name])
+            with view_errors(name):
+                self._run_view(self.rels[name])
         for rel in self.rels.values():
             if rel.is_base:
                 if batch.applied_flips is None:
                     self._patch_base(rel)
             elif rel.has_app:
-                self._refresh_derived(rel)
+                with view_errors(rel.name):
+                    self._refresh_derived(rel)
         return self.result
 
     def populate(self, view: Relation) -> BatchResult:
@@ -509,8 +537,17 @@ class Maintainer:
         else:  # one id per monomial: mid is that id
             alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
                         JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
-        ins, dele = patch_app(self.con, rel, f"""
-            SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)""")
+        changes = f"""
+            SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
+        if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
+            rows = patch_members_returning(self.con, rel, changes)
+            dele = sum(1 for s in rows.column("sign").to_pylist() if s < 0)
+            ins = rows.num_rows - dele
+            if rows.num_rows:
+                aggregate.maintain(self.con, rel.aggregate, self._register(f"_crr_core_{rel.name}", rows),
+                                   self._register)
+        else:
+            ins, dele = patch_app(self.con, rel, changes)
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele

@@ -12,6 +12,8 @@ from typing import Any, Iterable, Iterator
 import duckdb
 import pyarrow as pa
 
+from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
+from crr.aggregate import create_sql as aggregate_create_sql
 from crr.catalog import (CATALOG_DDL, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
 from crr.changeset import Changeset, check_duckdb_values
@@ -116,7 +118,8 @@ class Site:
         for row in rows:
             rel = relation_from_row(row)
             if rel.kind is RelationKind.VIEW:
-                rel = dataclasses.replace(rel, plan=self._compile(rel.name, rel.definition or ""))
+                plan, spec = self._compile(rel.name, rel.definition or "")
+                rel = dataclasses.replace(rel, plan=plan, aggregate=spec)
             self._catalog = self._catalog.with_(rel)
         self._seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
         self._clock = HybridClock(self.site_id, last)
@@ -144,9 +147,14 @@ class Site:
         from crr.sql.statements import parse_one
         return self._compile_tree(name, parse_one(sql))
 
-    def _compile_tree(self, name: str, tree):
+    def _compile_tree(self, name: str, tree) -> tuple[Any, AggregateSpec | None]:
+        """Compile a view query: its delta plan, and for an aggregate view its spec (the plan is then
+        its core's; see :mod:`crr.aggregate`)."""
         def columns(r: str):
             rel = self._rels.get(r)
+            if rel is not None and rel.aggregate is not None:
+                raise UnsupportedSqlError(f"materialized views do not support reading aggregate view {r}; "
+                                          "declare the view over the aggregate's inputs instead")
             return [(c.name, c.type) for c in rel.columns] if rel else None
 
         def describe(sql: str):
@@ -162,7 +170,10 @@ class Site:
                 for r in sources:
                     self._con.execute(f"DROP VIEW IF EXISTS temp.main.{quote_ident(r.name)}")
 
-        return compile_view(name, tree, columns, describe)
+        if is_aggregate(tree):
+            spec = analyse_aggregate(name, tree, columns, describe)
+            return compile_view(name, spec.core, columns, describe), spec
+        return compile_view(name, tree, columns, describe), None
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -348,7 +359,7 @@ class Site:
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):
             return []
-        plan = self._compile_tree(stmt.name, stmt.query)
+        plan, spec = self._compile_tree(stmt.name, stmt.query)
         columns = [Column(n, t) for n, t in plan.columns]
         for c in columns:
             type_family(c.type)
@@ -356,7 +367,7 @@ class Site:
         # views start without the id index and build it when a longer monomial first arrives.
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
-                       indexed=width is not None and width > 1)
+                       indexed=width is not None and width > 1, aggregate=spec)
         to_store = [dataclasses.replace(source, stored=True) for source in self._sources_to_store(plan)]
         with self._transaction():
             for source in to_store:
@@ -364,6 +375,9 @@ class Site:
                     self._con.execute(ddl)
                 self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
             self._add_relation(rel)
+            if spec is not None:
+                for ddl in aggregate_create_sql(spec, plan.columns):
+                    self._con.execute(ddl)
             self._stage(self._rels.with_(*to_store, rel))
             self._populate(rel)
             self._save_counters()
@@ -507,7 +521,10 @@ class Site:
                 batch.base[rel.name] = added_sql(rel, POINT_TABLE)
             self._apply(batch, changed=True)
         finally:
-            self._con.unregister(POINT_TABLE)
+            try:
+                self._con.unregister(POINT_TABLE)
+            except duckdb.Error:
+                pass  # an aborted transaction (its error is on its way): the next write registers anew
 
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
@@ -601,7 +618,12 @@ class Site:
         since = since or 0
         names = ([fold_identifier(r) for r in relations] if relations is not None else
                  [n for n, r in self._rels.items() if r.kind is not RelationKind.SOURCE])
+        if relations is None:  # an aggregate view's rows are computed wherever it is declared
+            names = [n for n in names if self._rels[n].aggregate is None]
         for n in names:
+            if self.relation(n).aggregate is not None:
+                raise CatalogError(f"{n} is an aggregate view: its rows are never replicated; declare the same "
+                                   "aggregate over a remote copy of its input at the other site")
             if self.relation(n).kind is RelationKind.SOURCE:
                 raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
                                    "get its changes from the sites that hold it")

@@ -1,4 +1,4 @@
-"""``crr bench``: the benchmark command line (subcommands paper, writes, merge, recompute, spark)."""
+"""``crr bench``: the benchmark command line (subcommands paper, writes, merge, recompute, aggregate, sync, spark)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ QUICK = {
     "recompute": dict(base=50000, deltas="1,100,1000", repeat=2),
     "spark": dict(sizes="20000", batch=10000, repeat=1),
     "sync": dict(writes=20, partition_rows=2000),
+    "aggregate": dict(base=20000, groups=200, deltas="1,100", repeat=2),
 }
 
 
@@ -43,6 +44,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = bs.add_parser("recompute", help="incremental maintenance vs full recomputation of a join view")
     p.add_argument("--base", type=_positive_int, default=1_000_000)
     p.add_argument("--deltas", type=_int_list, default="1,100,1000,10000,100000")
+    p.add_argument("--repeat", type=_positive_int, default=3)
+    common(p)
+    p = bs.add_parser("aggregate", help="a GROUP BY view: crr vs counting (pg_ivm's scheme) vs recomputation")
+    p.add_argument("--base", type=_positive_int, default=1_000_000)
+    p.add_argument("--groups", type=_positive_int, default=10_000)
+    p.add_argument("--deltas", type=_int_list, default="1,1000,100000")
     p.add_argument("--repeat", type=_positive_int, default=3)
     common(p)
     p = bs.add_parser("sync", help="write-to-peer latency, reconvergence after a partition, bytes on the wire")
@@ -135,6 +142,12 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         records = recompute.run(args.base, _ints(args.deltas), args.repeat, say)
         report.recompute_table(records, args.base)
         return records, lambda d: [report.xy_plot(records, d, "recompute", "delta rows")]
+    if name == "aggregate":
+        from crr.bench import aggregate
+        records = aggregate.run(args.base, args.groups, _ints(args.deltas), args.repeat, say)
+        report.aggregate_table(records)
+        labelled = [dict(r, algorithm=f"{r['algorithm']} ({r['experiment'].split('-', 1)[1]})") for r in records]
+        return records, lambda d: [report.xy_plot(labelled, d, "aggregate", "delta rows")]
     if name == "sync":
         from crr.bench import sync_bench
         records = sync_bench.run(args.writes, args.partition_rows, say)

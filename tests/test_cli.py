@@ -13,6 +13,10 @@ def test_demo_runs_and_converges(tmp_path):
     assert "s0.r0    <a1, b1, c1>\n" in last and "s5.r5    <a1, b1, c1>\n" in last
     assert "a3" not in last  # the concurrent insert lost to the insert+delete everywhere
     assert len(list(tmp_path.glob("s*.duckdb"))) == 6
+    aggregate = out.split("Step 6")[1]  # the cloud site's aggregate view, before and after more changes
+    assert "s5.per_b (b, pairs, a_values, first_c): <b1, 1, 1, c1>\n" in aggregate
+    assert aggregate.rstrip().endswith("<b1, 1, 1, c3>, <b3, 1, 1, c4>\n  equal to the query run over s5's inputs: yes")
+    assert "equal to the query run over s5's inputs: NO" not in aggregate
 
 
 def test_cli_reports_errors_without_traceback():
