@@ -127,17 +127,21 @@ def app_match(rel: Relation, app: str, aug: str) -> str:
                         for c, a in zip(rel.columns, rel.aug_columns))
 
 
-def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
-    """Apply membership changes to an APP table in one MERGE; return (inserted, deleted).
-
-    ``changes_sql`` yields the relation's AUG columns plus ``keep`` (true: the row is now present,
-    false: it is gone). APP tables are sets, so rows match on all columns, NULLs equal.
-    """
-    actions = con.execute(f"""MERGE INTO {rel.members} AS app USING ({changes_sql}) AS d
+def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
+    """MERGE of membership changes into the table of a relation's present tuples (its APP table, or
+    an aggregate view's core rows). ``changes_sql`` yields the relation's AUG columns plus ``keep``
+    (true: the row is now present, false: it is gone); rows match on all columns, NULLs equal (the
+    table is a set). ``returning``: the RETURNING list."""
+    return f"""MERGE INTO {rel.members} AS app USING ({changes_sql}) AS d
         ON {app_match(rel, 'app', 'd')}
         WHEN MATCHED AND NOT d.keep THEN DELETE
         WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
-        RETURNING merge_action""").fetchall()
+        RETURNING {returning}"""
+
+
+def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
+    """Apply membership changes (see :func:`members_merge_sql`) in one MERGE; return (inserted, deleted)."""
+    actions = con.execute(members_merge_sql(rel, changes_sql, "merge_action")).fetchall()
     deleted = sum(1 for (a,) in actions if a == "DELETE")
     return len(actions) - deleted, deleted
 
@@ -145,11 +149,8 @@ def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -
 def patch_members_returning(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> pa.Table:
     """:func:`patch_app` returning the rows it changed: the relation's columns (as its members
     table names them) and ``sign`` (1: the row entered, -1: it left)."""
-    return con.sql(f"""MERGE INTO {rel.members} AS app USING ({changes_sql}) AS d
-        ON {app_match(rel, 'app', 'd')}
-        WHEN MATCHED AND NOT d.keep THEN DELETE
-        WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
-        RETURNING {app_cols_sql(rel)}, CASE WHEN merge_action = 'DELETE' THEN -1 ELSE 1 END AS sign""").to_arrow_table()
+    returning = f"{app_cols_sql(rel)}, CASE WHEN merge_action = 'DELETE' THEN -1 ELSE 1 END AS sign"
+    return con.sql(members_merge_sql(rel, changes_sql, returning)).to_arrow_table()
 
 
 def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: AppPatch) -> tuple[int, int]:

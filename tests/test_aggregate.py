@@ -266,3 +266,20 @@ def test_aggregate_over_a_remote_source_and_over_a_union_view() -> None:
         assert sorted(edge.execute("SELECT * FROM agg")) == sorted(base.execute(query))
         want = sorted(base.execute(f"SELECT g, count(*), min(x) FROM ({union}) GROUP BY g"))
         assert sorted(edge.execute("SELECT * FROM per_g")) == want == sorted(base.execute("SELECT * FROM per_g"))
+
+
+def test_any_identifier_works_in_an_aggregate_view() -> None:
+    """Quoted names with spaces, crr-looking names (id, seq, s) and a self join (DESIGN 1.6, 5)."""
+    s = Site()
+    s.execute('CREATE REPLICATED TABLE "we ird" ("my col" INTEGER, id INTEGER, seq VARCHAR, "s" INTEGER)')
+    s.execute("INSERT INTO \"we ird\" VALUES (1, 2, 'a', 5), (1, 3, 'b', 6), (NULL, 4, 'c', 7)")
+    q = 'SELECT "my col", count(*), sum(id) AS "sum id", max(seq), min(s) AS s FROM "we ird" GROUP BY "my col"'
+    q2 = ('SELECT w."my col" AS c, count(*) AS n FROM "we ird" w JOIN "we ird" v ON w.id = v.id '
+          'GROUP BY w."my col" HAVING count(*) > 0')
+    s.execute(f'CREATE MATERIALIZED VIEW "ag g" AS {q}')
+    s.execute(f"CREATE MATERIALIZED VIEW self_ AS {q2}")
+    for change in ('DELETE FROM "we ird" WHERE id = 3', "INSERT INTO \"we ird\" VALUES (2, 9, NULL, NULL)"):
+        s.execute(change)
+        assert _rows(s.execute('SELECT * FROM "ag g"')) == _rows(s.execute(q))
+        assert _rows(s.execute("SELECT * FROM self_")) == _rows(s.execute(q2))
+    assert [r[0] for r in s.execute('DESCRIBE "ag g"')] == [r[0] for r in s.execute(f"DESCRIBE {q}")]
