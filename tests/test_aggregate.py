@@ -80,6 +80,8 @@ ops = st.one_of(
     st.tuples(st.just("delete"), st.integers(0, 1), st.integers(0, 9), st.none()),
     st.tuples(st.just("delete_group"), st.integers(0, 1), st.integers(0, 4), st.none()),
     st.tuples(st.just("u"), st.integers(0, 1), st.integers(0, 4), st.integers(-2, 2)),
+    st.tuples(st.just("u_update"), st.integers(0, 1), st.integers(0, 4), st.integers(-2, 2)),
+    st.tuples(st.just("u_delete"), st.integers(0, 1), st.integers(0, 4), st.none()),
     st.tuples(st.just("sync"), st.integers(0, 2), st.integers(0, 2), st.none()),
 )
 
@@ -87,8 +89,9 @@ ops = st.one_of(
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ops, min_size=4, max_size=14))
 def test_aggregates_equal_their_query_at_every_site(steps) -> None:
-    """Two writers and a site holding remote copies; random writes (keyed inserts, updates, deletes,
-    unkeyed rows), random changeset delivery; every aggregate equals its query after every step."""
+    """Two writers and a site holding remote copies; random writes (inserts, updates and deletes of a
+    keyed and an unkeyed table), random changeset delivery; every aggregate equals its query after
+    every step, and all three sites agree once every change reached them."""
     a, b = Site(site_id="a"), Site(site_id="b")
     c = Site(site_id="c")
     sites = [a, b, c]
@@ -111,6 +114,10 @@ def test_aggregates_equal_their_query_at_every_site(steps) -> None:
                 site.execute("DELETE FROM t WHERE g = ?", [key])
             elif op == "u":
                 site.execute("INSERT INTO u VALUES (?, ?)", [key, vals])
+            elif op == "u_update":  # unkeyed: an update deletes the old rows and inserts the new ones
+                site.execute("UPDATE u SET y = y + ? WHERE g = ?", [vals, key])
+            elif op == "u_delete":
+                site.execute("DELETE FROM u WHERE g = ?", [key])
             else:
                 src, dst = sites[who], sites[key]
                 if src is dst or src is c:
