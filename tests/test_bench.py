@@ -12,7 +12,7 @@ import pytest
 
 from crr.cli import main
 
-ALGOS = {"crr", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "crr (keyed)", "crr (unkeyed)",
+ALGOS = {"crr", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "counting-duckdb", "crr (keyed)", "crr (unkeyed)",
          "crr+views (keyed)", "crr+views (unkeyed)", "plain-duckdb"}
 ROLES = {"view", "app", "input", "lineage", "other"}
 
@@ -166,6 +166,31 @@ def test_bench_recompute(tmp_path):
     assert all(isinstance(r["base_rows"], int) and len(r["seconds_all"]) == doc["params"]["repeat"]
                for r in doc["results"])
     assert (tmp_path / "plots" / "recompute.png").stat().st_size > 0
+
+
+def test_bench_aggregate(tmp_path):
+    """Every contender, phase and delta size is timed (the run itself checks the three views agree)."""
+    doc = _run(tmp_path, "aggregate")
+    assert {(r["experiment"], r["n"], r["algorithm"]) for r in doc["results"]} == {
+        (f"aggregate-{p}", n, a) for p in ("insert", "delete") for n in (1, 100)
+        for a in ("crr", "counting-duckdb", "recompute-duckdb")}
+    assert all(r["base_rows"] == 20000 and r["groups"] == 200 and len(r["seconds_all"]) == 2
+               for r in doc["results"])
+    assert (tmp_path / "plots" / "aggregate.png").stat().st_size > 0
+
+
+def test_aggregate_counting_baseline_matches_recomputation(tmp_path):
+    """The pg_ivm-style baseline is a correct aggregate: inserts and extreme-hitting deletes."""
+    import duckdb
+    from crr.bench.aggregate import DOOMED, QUERY, Counting, rows
+    c = Counting(duckdb.connect(str(tmp_path / "c.duckdb")))
+    c.apply(rows(3000, 0, 50, seed=1), +1)
+    c.apply(rows(500, 3000, 50, seed=2), +1)
+    keys = [k for (k,) in c.con.execute(DOOMED.format(n=120)).fetchall()]
+    doomed = c.con.sql(f"SELECT * FROM r WHERE k IN ({', '.join(map(str, keys))})").to_arrow_table()
+    c.apply(doomed, -1)
+    assert sorted(c.con.execute("SELECT * FROM v").fetchall()) == sorted(c.con.execute(QUERY).fetchall())
+    assert c.con.execute("SELECT count(*) FROM v").fetchall()[0][0] == 50
 
 
 def test_recompute_table_prints_ratio(capsys):
