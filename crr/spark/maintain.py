@@ -1,0 +1,227 @@
+"""Maintenance on Spark: one batch of AUG changes, applied set-at-a-time inside a store transaction.
+
+The same steps as the DuckDB maintainer (:mod:`crr.maintain`), as Spark jobs:
+
+1. causal lengths: the batch's entries, merged per id, that grow an id's current entry are appended
+   to ``cl`` (an id's relation and key hash never change; entries that disagree are refused);
+2. base tuples a replicated table lacks are appended to ``t:<r>``: they are its delta;
+3. derivations of remote tables and sources a relation lacks are appended to ``m:<r>``;
+4. views, in dependency order, run the compiler's delta plans (:meth:`crr.sql.compile.ViewPlan.delta_queries`,
+   transpiled to Spark SQL) over the deltas and the state, and append the derivations they lack;
+5. every relation whose membership may have changed gets its APP table recomputed from its AUG
+   state and the visibility of the ids (``in?``), as one replacement part.
+
+The AUG steps are the monotone part: appends only, each a Spark job over the batch joined with the
+state. Step 5 is the one non-monotone part; it rewrites the relation's APP table (see the README's
+"Large views on Spark" for what that costs). Nothing is collected to the driver but counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from pyspark.sql import DataFrame, SparkSession, functions as F
+from sqlglot import exp
+
+from crr.catalog import Catalog, Relation
+from crr.errors import ChangesetError, SqlError
+from crr.sql.compile import IDS
+from crr.spark.encoding import tuple_id_sql
+from crr.spark.store import Transaction
+from crr.spark.tables import (CL, app_key, aug_cols, base_app, current_cl, derived_app, monos_key, tuples_key,
+                              visibility)
+
+_names = itertools.count()
+
+
+@dataclass
+class SparkBatch:
+    """AUG changes to apply: causal-length entries ``(id, rel, cl, kh, stamp)``, base tuples
+    ``(id, cols...)`` per replicated table, and derivations ``(vid, ids, cols...)`` per remote relation."""
+
+    cl: DataFrame | None = None
+    base: dict[str, DataFrame] = field(default_factory=dict)
+    derived: dict[str, DataFrame] = field(default_factory=dict)
+
+
+@dataclass
+class SparkResult:
+    """What a batch wrote: causal-length entries that grew, new tuples and derivations per relation,
+    and the relations whose APP table was recomputed."""
+
+    cl_changed: int = 0
+    new_tuples: dict[str, int] = field(default_factory=dict)
+    new_monomials: dict[str, int] = field(default_factory=dict)
+    refreshed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether replicated state grew."""
+        return bool(self.cl_changed or any(self.new_tuples.values()) or any(self.new_monomials.values()))
+
+
+@contextlib.contextmanager
+def view_errors(view: str) -> Iterator[None]:
+    """A delta plan failing on Spark (an overflow under ANSI mode, ...) refuses the change, naming the view."""
+    try:
+        yield
+    except Exception as e:  # Spark raises its own exception classes (pyspark.errors)
+        if type(e).__module__.startswith("pyspark"):
+            raise SqlError(f"view {view} cannot be maintained: {str(e).splitlines()[0]}; nothing was changed") from None
+        raise
+
+
+class SparkMaintainer:
+    """Applies batches inside one transaction, writing AUG rows with sequence number ``seq``."""
+
+    def __init__(self, spark: SparkSession, txn: Transaction, catalog: Catalog, seq: int) -> None:
+        self.spark, self.txn, self.rels, self.seq = spark, txn, catalog, seq
+        self.result = SparkResult()
+        self.delta: dict[str, DataFrame] = {}  # relation -> its new AUG rows (tuples or derivations)
+        self.flipped: set[str] = set()  # base relations some of whose entries grew
+        self._temp: list[str] = []
+
+    def close(self) -> None:
+        """Drop the temp views the batch registered."""
+        for name in self._temp:
+            self.spark.catalog.dropTempView(name)
+        self._temp.clear()
+
+    def _view(self, df: DataFrame) -> str:
+        name = f"crr_tmp_{next(_names)}"
+        df.createOrReplaceTempView(name)
+        self._temp.append(name)
+        return name
+
+    # -- the steps ------------------------------------------------------------------------------------
+    def apply(self, batch: SparkBatch, view_order: list[str]) -> SparkResult:
+        """Apply a batch: steps 1-5 of the module docstring."""
+        if batch.cl is not None:
+            self._merge_cl(batch.cl)
+        for name, df in batch.base.items():
+            self._add_tuples(self.rels[name], df)
+        for name, df in batch.derived.items():
+            self._add_derivations(self.rels[name], df)
+        for name in view_order:
+            self._run_view(self.rels[name])
+        self._refresh_app()
+        return self.result
+
+    def populate(self, view: Relation) -> SparkResult:
+        """Fill a new view from the whole state of its inputs, and compute its APP table."""
+        assert view.plan is not None
+        for name in view.plan.inputs:
+            rel = self.rels[name]
+            self.delta[name] = self.txn.read(tuples_key(rel) if rel.is_base else monos_key(rel))
+        self._run_view(view)
+        self.txn.replace(app_key(view), derived_app(view, self.txn.read(monos_key(view)), self._visibility()))
+        self.result.refreshed.append(view.name)
+        return self.result
+
+    def _merge_cl(self, entries: DataFrame) -> None:
+        merged = entries.groupBy("id").agg(
+            F.min("rel").alias("rel"), F.min("kh").alias("kh"), F.max("cl").alias("cl"), F.max("stamp").alias("stamp"),
+            ((F.min("rel") != F.max("rel")) | ~F.min("kh").eqNullSafe(F.max("kh"))
+             | ((F.count("kh") > 0) & (F.count("kh") < F.count(F.lit(1))))).alias("mixed"))
+        old = current_cl(self.txn.read(CL)).select(
+            "id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
+            F.col("stamp").alias("o_stamp"))
+        joined = merged.join(old, "id", "left")
+        forged = F.col("mixed") | (F.col("o_rel").isNotNull()
+                                   & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh"))))
+        grew = (F.col("o_cl").isNull() | (F.col("cl") > F.col("o_cl"))
+                | (F.coalesce(F.col("stamp"), F.lit(b"")) > F.coalesce(F.col("o_stamp"), F.lit(b""))))
+        checked = joined.select("id", "rel", "kh", F.greatest("cl", "o_cl").alias("cl"),
+                                F.greatest("stamp", "o_stamp").alias("stamp"), forged.alias("forged"),
+                                grew.alias("grew")).where("grew OR forged").cache()
+        try:
+            stats = checked.groupBy().agg(F.count(F.lit(1)).alias("n"),
+                                          F.sum(F.col("forged").cast("int")).alias("forged"),
+                                          F.collect_set("rel").alias("rels")).collect()[0]
+            if stats["forged"]:
+                raise ChangesetError("malformed changeset: causal-length entries disagree about a tuple's relation "
+                                     "or key hash; the changeset is corrupt or forged")
+            if stats["n"]:
+                self.txn.append(CL, checked.select("id", "rel", "cl", "kh", "stamp", F.lit(self.seq).alias("seq")))
+                self.result.cl_changed = stats["n"]
+                self.flipped = set(stats["rels"])
+        finally:
+            checked.unpersist()
+
+    def _add_tuples(self, rel: Relation, tuples: DataFrame) -> None:
+        """Append the base tuples ``rel`` lacks; they are its delta."""
+        key = tuples_key(rel)
+        new = tuples.dropDuplicates(["id"]).join(self.txn.read(key).select("id"), "id", "left_anti")
+        part = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
+        n = part.count()
+        if n:
+            self.delta[rel.name] = part
+            self.result.new_tuples[rel.name] = self.result.new_tuples.get(rel.name, 0) + n
+
+    def _add_derivations(self, rel: Relation, monos: DataFrame) -> None:
+        """Append the derivations ``rel`` lacks; they are its delta."""
+        key = monos_key(rel)
+        new = monos.dropDuplicates(["vid", "ids"]).join(self.txn.read(key).select("vid", "ids"),
+                                                        ["vid", "ids"], "left_anti")
+        part = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
+        n = part.count()
+        if n:
+            self.delta[rel.name] = part
+            self.result.new_monomials[rel.name] = self.result.new_monomials.get(rel.name, 0) + n
+
+    def _source(self, relation: str, delta: bool) -> exp.Expression:
+        """A relation's delta or whole AUG state, with its AUG columns and ``_crr_ids``."""
+        rel = self.rels[relation]
+        if delta:
+            df = self.delta[relation]
+        else:
+            df = self.txn.read(tuples_key(rel) if rel.is_base else monos_key(rel))
+        ids = F.array("id") if rel.is_base else F.col("ids")
+        return exp.to_table(self._view(df.select(*aug_cols(rel), ids.alias(IDS))))
+
+    def _run_view(self, view: Relation) -> None:
+        """Run the view's delta plans for the inputs that changed; append the derivations it lacks."""
+        plan = view.plan
+        assert plan is not None
+        changed = {r for r in plan.inputs if r in self.delta}
+        if not changed:
+            return
+        with view_errors(view.name):
+            frames = [self.spark.sql(q.sql("spark")) for q in plan.delta_queries(changed, self._source)]
+            derived = frames[0]
+            for f in frames[1:]:
+                derived = derived.unionByName(f)
+            name = self._view(derived)
+            cand = self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, `{IDS}` AS ids, "
+                                  f"{', '.join(aug_cols(view))} FROM {name}")
+            self._add_derivations(view, cand)
+
+    def _visibility(self) -> DataFrame:
+        return visibility(current_cl(self.txn.read(CL)))
+
+    def _refresh_app(self) -> None:
+        """Recompute the APP table of every relation whose membership may have changed."""
+        todo = []
+        for rel in self.rels.values():
+            if not rel.has_app:
+                continue
+            lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
+            if rel.name in self.delta or lineage & self.flipped:
+                todo.append(rel)
+        if not todo:
+            return
+        vis = self._visibility().cache()
+        try:
+            for rel in todo:
+                if rel.is_base:
+                    app = base_app(rel, self.txn.read(tuples_key(rel)), vis)
+                else:
+                    app = derived_app(rel, self.txn.read(monos_key(rel)), vis)
+                self.txn.replace(app_key(rel), app)
+                self.result.refreshed.append(rel.name)
+        finally:
+            vis.unpersist()
+

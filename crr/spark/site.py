@@ -1,0 +1,400 @@
+"""``SparkSite``: a crr site whose relations and views live in Parquet and are maintained by Spark jobs.
+
+The same DDL as :class:`crr.Site`, the same changesets (bytes merge both ways, with the same tuple
+ids), the same compiler: a view's delta plans are the sqlglot plans the DuckDB site runs, transpiled
+to Spark SQL. Storage is a folder (:mod:`crr.spark.store`): each merge or insert is one transaction
+that commits by an atomic manifest switch. An in-memory DuckDB connection on the driver only types
+DDL and view queries (DuckDB's types are crr's canonical types, so a view has the same columns and
+ids on both backends); no data passes through it.
+
+What differs from the DuckDB site: local writes are bulk inserts (``insert_many``; UPDATE and DELETE
+happen at edge sites and arrive by merge), ``execute`` runs crr DDL or read-only Spark SQL over the
+APP relations, and aggregate views are not supported yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any, Iterable
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from pyspark.sql import DataFrame, SparkSession
+from sqlglot import exp
+
+from crr.aggregate import is_aggregate
+from crr.catalog import Catalog, Relation, relation_from_row, relation_row
+from crr.changeset import Changeset
+from crr.clock import HybridClock
+from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
+    UnsupportedSqlError
+from crr.merge import grown_lineage, held_relations
+from crr.spark.encoding import quote, register_udfs, spark_type
+from crr.spark.exchange import batch_of, collect_changes
+from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
+from crr.spark.store import Store, Transaction
+from crr.spark.tables import CL, CL_SCHEMA, app_key, relation_tables, user_view
+from crr.spark.writes import insert_batch
+from crr.sql.compile import compile_view
+from crr.sql.parse import fold_identifier
+from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
+from crr.types import Column, quote_ident, type_family
+
+_KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
+              RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}
+
+
+class SparkSite:
+    """A crr site on Spark: ``SparkSite(spark, path, site_id=None)`` opens or creates the site stored
+    under folder ``path`` (any path the driver can write; see the README for a cluster)."""
+
+    def __init__(self, spark: SparkSession, path: str, site_id: str | None = None, *,
+                 max_clock_skew: float = 86_400.0) -> None:
+        self.spark = spark
+        self.path = str(path)
+        self.max_clock_skew = float(max_clock_skew)
+        register_udfs(spark)
+        self._store = Store(spark, self.path)
+        meta = self._store.meta
+        if not meta:
+            meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "seq": 0, "hlc": 0, "relations": []}
+            txn = self._store.transaction()
+            txn.meta = meta
+            txn.create(CL, CL_SCHEMA)
+            txn.commit()
+        elif site_id is not None and meta["site_id"] != site_id:
+            raise SiteError(f"{self.path} belongs to site {meta['site_id']!r}, not {site_id!r}; "
+                            "open it without site_id or with its own id")
+        self.site_id: str = meta["site_id"]
+        self._seq: int = int(meta["seq"])
+        self._clock = HybridClock(self.site_id, int(meta["hlc"]))
+        self._typer = duckdb.connect()  # types DDL and view queries; holds no data
+        catalog = Catalog()
+        for row in meta["relations"]:
+            rel = relation_from_row(tuple(row))
+            self._type_table(rel)
+            if rel.kind is RelationKind.VIEW:
+                rel = dataclasses.replace(rel, plan=self._compile(rel.name, sqlglot.parse_one(rel.definition or "",
+                                                                                             read="duckdb"), catalog))
+            catalog = catalog.with_(rel)
+        self._catalog = catalog
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the site (committed state is in its folder; the SparkSession stays the caller's)."""
+        if not self._closed:
+            self._typer.close()
+            self._closed = True
+
+    def __enter__(self) -> "SparkSite":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SparkSite({self.path!r}, site_id={self.site_id!r})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SiteError("this SparkSite is closed; open a new SparkSite on its folder")
+
+    @property
+    def cursor(self) -> int:
+        """The sequence number of the last committed change (``changes(since=cursor)`` is empty)."""
+        return self._seq
+
+    def relations(self) -> dict[str, str]:
+        """The relations held here: name -> kind."""
+        return {n: r.kind.value for n, r in self._catalog.items()}
+
+    def relation(self, name: str) -> Relation:
+        """A relation's catalog entry; CatalogError if there is none."""
+        rel = self._catalog.get(fold_identifier(name))
+        if rel is None:
+            raise CatalogError(f"no relation named {name} at this site")
+        return rel
+
+    # -- transactions --------------------------------------------------------------------------------
+    def _commit(self, txn: Transaction, catalog: Catalog, seq: int) -> None:
+        txn.meta = {"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
+                    "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())]}
+        txn.commit()
+        self._catalog, self._seq = catalog, seq
+
+    def _run(self, work, catalog: Catalog | None = None) -> Any:
+        """Run ``work(txn, catalog)`` in one transaction; it returns (result, catalog, changed)."""
+        txn = self._store.transaction()
+        clock = self._clock.last
+        try:
+            result, new_catalog, changed = work(txn, catalog or self._catalog)
+            self._commit(txn, new_catalog, self._seq + 1 if changed else self._seq)
+            return result
+        except BaseException:
+            txn.abort()
+            self._clock.last = clock
+            raise
+
+    def _maintain(self, txn: Transaction, catalog: Catalog, batch: SparkBatch) -> SparkResult:
+        m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
+        try:
+            return m.apply(batch, catalog.views())
+        finally:
+            m.close()
+
+    # -- statements ----------------------------------------------------------------------------------
+    def execute(self, sql: str) -> list[tuple]:
+        """Run crr DDL (CREATE REPLICATED TABLE / REMOTE TABLE / REMOTE SOURCE / MATERIALIZED VIEW, DROP),
+        or a read-only Spark SQL query over the APP relations (returns its rows as tuples)."""
+        self._check_open()
+        try:
+            stmt = classify(sql)
+        except SqlError:
+            stmt = None
+        if isinstance(stmt, CreateTable):
+            return self._create_table(stmt)
+        if isinstance(stmt, CreateView):
+            return self._create_view(stmt)
+        if isinstance(stmt, Drop):
+            return self._drop(stmt)
+        if isinstance(stmt, Dml):
+            raise UnsupportedSqlError(f"{stmt.kind.value.upper()} is not supported on a Spark site: insert rows "
+                                      "with insert_many(), and change or delete them at a DuckDB site whose "
+                                      "changesets this site merges")
+        return self._query(sql)
+
+    def _query(self, sql: str) -> list[tuple]:
+        try:
+            tree = sqlglot.parse_one(sql, read="spark")
+        except sqlglot.errors.ParseError as e:
+            raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
+        if not isinstance(tree, (exp.Select, exp.SetOperation, exp.Subquery)) or tree.find(exp.Insert, exp.Delete,
+                                                                                         exp.Update, exp.Merge):
+            raise UnsupportedSqlError("a Spark site runs crr DDL and read-only queries (SELECT ...); change data "
+                                      "with insert_many() or by merging changesets")
+        views = []
+        for name, rel in self._catalog.items():
+            if rel.has_app:
+                self.table(name).createOrReplaceTempView(quote(name))
+                views.append(name)
+        try:
+            return [tuple(r) for r in self.spark.sql(sql).collect()]
+        except Exception as e:
+            if type(e).__module__.startswith("pyspark"):
+                raise SqlError(f"Spark could not run the query: {str(e).splitlines()[0]}") from None
+            raise
+        finally:
+            for name in views:
+                self.spark.catalog.dropTempView(name)
+
+    def table(self, name: str) -> DataFrame:
+        """The APP relation ``name`` as a Spark DataFrame under the user's column names (the state of
+        the last commit; read it again after a merge)."""
+        self._check_open()
+        rel = self.relation(name)
+        if not rel.has_app:
+            raise CatalogError(f"{rel.name} is a remote source: this site keeps no table of it; query the views "
+                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
+        return user_view(rel, self._store.read(app_key(rel)))
+
+    def _type_table(self, rel: Relation) -> None:
+        """Mirror a relation as an empty typed table in the typing connection (views are typed over it)."""
+        cols = ", ".join(f"{quote_ident(c.name)} {c.type}" for c in rel.columns)
+        self._typer.execute(f"CREATE OR REPLACE TABLE {quote_ident(rel.name)} ({cols})")
+
+    def _name_taken(self, name: str, if_not_exists: bool) -> bool:
+        if name in self._catalog:
+            if if_not_exists:
+                return True
+            raise CatalogError(f"a relation named {name} already exists at this site; DROP it first or pick "
+                               "another name")
+        return False
+
+    def _create_table(self, stmt: CreateTable) -> list[tuple]:
+        if self._name_taken(stmt.name, stmt.if_not_exists):
+            return []
+        cols = ", ".join(f"{quote_ident(c.name)} {c.type_sql}" for c in stmt.columns)
+        try:
+            self._typer.execute(f"CREATE OR REPLACE TEMP TABLE _crr_probe ({cols})")
+        except duckdb.Error as e:
+            raise SqlError(f"invalid table definition: {str(e).splitlines()[0]}") from None
+        columns = [Column(r[0], r[1]) for r in self._typer.execute("DESCRIBE temp.main._crr_probe").fetchall()]
+        for c in columns:
+            type_family(c.type)
+            spark_type(c.type)
+        rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
+                       key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
+                       not_null=[c.name for c in stmt.columns if c.not_null], indexed=False, stored=True)
+
+        def work(txn: Transaction, catalog: Catalog):
+            for key, schema in relation_tables(rel).items():
+                txn.create(key, schema)
+            return None, catalog.with_(rel), False
+        self._run(work)
+        self._type_table(rel)
+        return []
+
+    def _compile(self, name: str, tree: exp.Expression, catalog: Catalog):
+        def columns(r: str):
+            rel = catalog.get(r)
+            return [(c.name, c.type) for c in rel.columns] if rel else None
+
+        def describe(sql: str):
+            try:
+                return [(r[0], r[1]) for r in self._typer.execute(f"DESCRIBE {sql}").fetchall()]
+            except duckdb.Error as e:
+                raise SqlError(f"invalid view query: {str(e).splitlines()[0]}") from None
+        return compile_view(name, tree, columns, describe)
+
+    def _create_view(self, stmt: CreateView) -> list[tuple]:
+        if self._name_taken(stmt.name, stmt.if_not_exists):
+            return []
+        if is_aggregate(stmt.query):
+            raise UnsupportedSqlError(f"view {stmt.name}: aggregate views are not supported on a Spark site yet; "
+                                      "declare the aggregate at a DuckDB site")
+        plan = self._compile(stmt.name, stmt.query, self._catalog)
+        columns = [Column(n, t) for n, t in plan.columns]
+        for c in columns:
+            type_family(c.type)
+            spark_type(c.type)
+        rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan)
+
+        def work(txn: Transaction, catalog: Catalog):
+            for key, schema in relation_tables(rel).items():
+                txn.create(key, schema)
+            catalog = catalog.with_(rel)
+            m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
+            try:
+                result = m.populate(rel)
+            finally:
+                m.close()
+            return None, catalog, result.changed
+        self._run(work)
+        self._type_table(rel)
+        return []
+
+    def _drop(self, stmt: Drop) -> list[tuple]:
+        rel = self._catalog.get(stmt.name)
+        if rel is None:
+            if stmt.if_exists:
+                return []
+            raise CatalogError(f"no relation named {stmt.name} at this site")
+        wanted = {"table": (RelationKind.REPLICATED, RelationKind.REMOTE, RelationKind.SOURCE),
+                  "view": (RelationKind.VIEW,)}.get(stmt.plain, (stmt.kind,))
+        if rel.kind not in wanted:
+            kind = _KIND_TEXT[rel.kind]
+            raise CatalogError(f"{stmt.name} is a {kind}; use DROP {kind.upper()} {stmt.name}")
+        users = [v.name for v in self._catalog.values() if v.plan is not None and stmt.name in v.plan.inputs]
+        if users:
+            raise CatalogError(f"cannot drop {stmt.name}: view(s) {', '.join(users)} read it; drop them first")
+
+        def work(txn: Transaction, catalog: Catalog):
+            for key in relation_tables(rel):
+                txn.drop(key)
+            return None, catalog.without(rel.name), False
+        self._run(work)
+        self._typer.execute(f"DROP TABLE IF EXISTS {quote_ident(rel.name)}")
+        return []
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def insert_many(self, table: str, rows: Any) -> int:
+        """Insert rows into a replicated table in one transaction; returns the number of rows given.
+
+        ``rows``: a Spark DataFrame, a pyarrow Table, or a list of tuples in column order (columns are
+        matched by name when all names match, else by position).
+        """
+        self._check_open()
+        rel = self.relation(table)
+        if not rel.is_base:
+            raise ReadOnlyRelationError(f"{rel.name} is a {_KIND_TEXT[rel.kind]}; only replicated tables are "
+                                        "written here (its rows come from merges)")
+        frame = self._frame(rel, rows)
+
+        def work(txn: Transaction, catalog: Catalog):
+            batch = insert_batch(rel, frame, txn.read(CL), self._clock)
+            result = self._maintain(txn, catalog, batch)
+            return None, catalog, result.changed
+        self._run(work)
+        return frame.count()
+
+    def _frame(self, rel: Relation, rows: Any) -> DataFrame:
+        names = rel.column_names
+        if isinstance(rows, DataFrame):
+            given = [fold_identifier(c) for c in rows.columns]
+            frame = rows
+        else:
+            if isinstance(rows, pa.Table):
+                data = rows
+            else:
+                rows = list(rows)
+                if any(len(r) != len(names) for r in rows):
+                    raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values "
+                                   f"({', '.join(names)})")
+                data = pa.table({f"g{i}": pa.array(list(col)) for i, col in enumerate(zip(*rows))}) if rows else \
+                    pa.table({f"g{i}": pa.nulls(0) for i in range(len(names))})
+            given = [fold_identifier(c) for c in data.column_names]
+            data = data.rename_columns([f"g{i}" for i in range(len(given))])
+            frame = self.spark.createDataFrame(data) if data.num_rows else None
+        if sorted(given) == sorted(names):
+            pick = {n: given.index(n) for n in names}
+        elif len(given) == len(names):
+            pick = {n: i for i, n in enumerate(names)}
+        else:
+            raise SqlError(f"insert_many into {rel.name}: got columns {given}, expected {names}")
+        if frame is None:
+            return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}" for a in rel.aug_columns))
+        src = frame.columns
+        return frame.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
+                                  for c, a in zip(rel.columns, rel.aug_columns)])
+
+    # -- replication ----------------------------------------------------------------------------------
+    def merge(self, changeset: Changeset | bytes) -> SparkResult:
+        """Merge a changeset (or its bytes) from any site: atomic, idempotent and commutative.
+
+        Relations this site does not hold are ignored; a schema mismatch or a forged value refuses the
+        whole changeset (ChangesetError) and changes nothing.
+        """
+        self._check_open()
+        cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+        held, _ = held_relations(self._catalog, cs)
+        grown = grown_lineage(held)
+        catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))
+        held = [(catalog[rel.name], rc) for rel, rc in held]
+
+        def work(txn: Transaction, catalog: Catalog):
+            if not held:
+                return SparkResult(), catalog, False
+            try:
+                batch = batch_of(self.spark, catalog, cs, held, self.max_clock_skew)
+                if batch.cl is not None:
+                    top = batch.cl.where("stamp IS NOT NULL").agg({"stamp": "max"}).collect()[0][0]
+                    if top is not None:
+                        self._clock.observe(int.from_bytes(top, "big"))
+                result = self._maintain(txn, catalog, batch)
+            except CrrError:
+                raise
+            except Exception as e:
+                if type(e).__module__.startswith("pyspark"):
+                    raise ChangesetError(f"the changeset could not be merged ({str(e).splitlines()[0]}); "
+                                         "nothing was changed") from None
+                raise
+            return result, catalog, result.changed or bool(grown)
+        return self._run(work, catalog)
+
+    def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
+        """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations
+        (default: every relation but remote sources), as a changeset any site can merge."""
+        self._check_open()
+        since = since or 0
+        names = ([fold_identifier(r) for r in relations] if relations is not None else
+                 [n for n, r in self._catalog.items() if r.kind is not RelationKind.SOURCE])
+        for n in names:
+            if self.relation(n).kind is RelationKind.SOURCE:
+                raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
+                                   "get its changes from the sites that hold it")
+        out, cl = collect_changes(self._store.read, self._catalog, names, since)
+        return Changeset(source=self.site_id, since=since, cursor=self._seq, relations=out, cl=cl)
+
