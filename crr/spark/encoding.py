@@ -108,10 +108,15 @@ def register_udfs(spark) -> None:
 
 def hugeint_to_binary(col: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A UHUGEINT column (DuckDB's Arrow export) as plain 16-byte binary, same bytes."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if isinstance(arr, pa.ExtensionArray):
-        arr = arr.storage
-    return arr.cast(pa.binary())
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    plain = [(c.storage if isinstance(c, pa.ExtensionArray) else c).cast(pa.binary()) for c in chunks]
+    return pa.concat_arrays(plain) if plain else pa.array([], pa.binary())
+
+
+def hugeint_lists_to_binary(col: pa.ChunkedArray) -> pa.Array:
+    """A column of UHUGEINT lists (monomials) as lists of 16-byte binaries."""
+    out = [pa.ListArray.from_arrays(c.offsets, hugeint_to_binary(c.values)) for c in col.chunks]
+    return pa.concat_arrays(out) if out else pa.array([], pa.list_(pa.binary()))
 
 
 def binary_to_hugeint(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

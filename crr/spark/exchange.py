@@ -1,11 +1,12 @@
 """Changesets in and out of a Spark site: the same bytes a DuckDB site reads and writes.
 
-Reading (:func:`batch_of`): a validated :class:`~crr.changeset.Changeset` becomes a
-:class:`~crr.spark.maintain.SparkBatch` of DataFrames, and every value that could be forged is
-checked by one Spark job per table (:func:`check_tuples`, :func:`check_entries`), as the DuckDB
-site checks it (:mod:`crr.merge`): tuple ids must hash their values, NOT NULL columns hold values,
-causal-length entries have a relation, a length in range, a stamp not far ahead, and a key hash
-exactly when their table is keyed, equal to the one recomputed from the values carried.
+Reading: every value of a changeset that could be forged is checked by :func:`check_changeset` with
+the DuckDB site's own checks (:mod:`crr.merge`), run by DuckDB on the driver where the changeset
+already is: tuple ids must hash their values, NOT NULL columns hold values, causal-length entries
+have a relation, a length in range, a stamp not far ahead, and a key hash exactly when their table
+is keyed, equal to the one recomputed from the values carried. Then :func:`batch_of` turns it into
+a :class:`~crr.spark.maintain.SparkBatch` of DataFrames. (That an id's relation and key hash agree
+with what the site stored is checked by the maintainer, against the state, on Spark.)
 
 Writing (:func:`collect_changes`): the AUG rows changed after a cursor, as Arrow tables in the
 changeset's types (ids and stamps back to DuckDB's ``UHUGEINT``). A changeset is built on the driver
@@ -14,8 +15,7 @@ by nature (it is bytes to send); its size is that of the changes, not of the sta
 
 from __future__ import annotations
 
-import time
-
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, functions as F
@@ -23,9 +23,8 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
-from crr.merge import MAX_CAUSAL_LENGTH
-from crr.spark.encoding import (binary_to_hugeint, hugeint_to_binary, key_hash_sql, quote, spark_type,
-                                stamp_bytes, stamp_from_spark, stamp_to_spark, tuple_id_sql)
+from crr.merge import MergeInputs, changeset_errors, plan_merge
+from crr.spark.encoding import binary_to_hugeint, hugeint_lists_to_binary, hugeint_to_binary, spark_type, stamp_from_spark, stamp_to_spark
 from crr.spark.maintain import SparkBatch
 from crr.spark.tables import CL, aug_cols, current_cl, monos_key, tuples_key
 
@@ -62,23 +61,6 @@ def values_frame(spark: SparkSession, rel: Relation, table: pa.Table, idcol: str
     return spark.createDataFrame(pa.table(arrays, names=names), schema=", ".join(schema))
 
 
-def check_tuples(rel: Relation, frame: DataFrame, idcol: str) -> None:
-    """Refuse tuples whose id is not the hash of their values, or with NULL in a NOT NULL column."""
-    bad_id = F.expr(f"NOT ({quote(idcol)} <=> {tuple_id_sql(rel.name, rel.aug_columns)})")
-    checks = [F.sum(bad_id.cast("int")).alias("forged")]
-    checks += [F.sum(F.col(rel.aug_column(c)).isNull().cast("int")).alias(f"null_{i}")
-               for i, c in enumerate(rel.not_null)]
-    row = frame.agg(*checks).collect()[0]
-    if row["forged"]:
-        raise ChangesetError(f"malformed changeset: tuple ids of {rel.name} do not match their values; the "
-                             "changeset is corrupt or forged")
-    for i, c in enumerate(rel.not_null):
-        if row[f"null_{i}"]:
-            raise ChangesetError(f"malformed changeset: relation {rel.name}: the changeset holds NULL in column "
-                                 f"{c}, which this site declares NOT NULL; declare it alike at every site "
-                                 "(or without NOT NULL here)")
-
-
 def entries_frame(spark: SparkSession, cl: pa.Table) -> DataFrame:
     """A changeset's causal-length entries as ``(id, rel, cl, kh, stamp)`` (stamps big-endian)."""
     table = pa.table([hugeint_to_binary(cl.column("id")), cl.column("rel"), cl.column("cl"),
@@ -87,83 +69,56 @@ def entries_frame(spark: SparkSession, cl: pa.Table) -> DataFrame:
     return spark.createDataFrame(table, schema="id BINARY, rel STRING, cl INT, kh BINARY, stamp BINARY")
 
 
-def check_entries(catalog: Catalog, entries: DataFrame, key_hashes: DataFrame | None, max_clock_skew: float) -> None:
-    """Refuse causal-length entries that are malformed, far ahead of this site's clock, or whose key
-    hash is missing, unexpected, or differs from ``key_hashes`` ``(id, computed)`` recomputed from values."""
-    keyed = [r.name for r in catalog.values() if r.is_base and r.key]
-    unkeyed = [r.name for r in catalog.values() if r.is_base and not r.key]
-    limit = stamp_bytes(((int((time.time() + max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1))
-    e = entries
-    if key_hashes is not None:
-        e = e.join(key_hashes, "id", "left")
-    else:
-        e = e.withColumn("computed", F.lit(None).cast("binary"))
-    flags = {
-        "malformed": F.col("id").isNull() | F.col("rel").isNull() | F.col("cl").isNull() | (F.col("cl") < 1),
-        "too_long": F.col("cl") > MAX_CAUSAL_LENGTH,
-        "ahead": F.col("stamp") > F.lit(limit),
-        "no_kh": F.col("kh").isNull() & F.col("rel").isin(keyed),
-        "extra_kh": F.col("kh").isNotNull() & F.col("rel").isin(unkeyed),
-        "wrong_kh": F.col("computed").isNotNull() & ~F.col("kh").eqNullSafe(F.col("computed")),
-    }
-    row = e.agg(*[F.sum(F.coalesce(c, F.lit(False)).cast("int")).alias(n) for n, c in flags.items()]).collect()[0]
-    messages = {
-        "malformed": "causal-length entries need an id, a relation and a length >= 1",
-        "too_long": f"a causal length exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged",
-        "ahead": (f"a stamp is more than {max_clock_skew:g} s ahead of this site's clock; check the clocks "
-                  "(or raise SparkSite(max_clock_skew=...))"),
-        "no_kh": "an entry of a keyed table has no key hash; the changeset is forged",
-        "extra_kh": "an entry of an unkeyed table has a key hash; the changeset is forged",
-        "wrong_kh": "the key hash of a tuple does not match its key values; the changeset is corrupt or forged",
-    }
-    for name, text in messages.items():
-        if row[name]:
-            raise ChangesetError("malformed changeset: " + text)
+def check_changeset(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
+                    held: list[tuple[Relation, RelationChanges]], max_clock_skew: float) -> None:
+    """Check every value of a changeset that could be forged, with the DuckDB site's own checks
+    (:func:`crr.merge.plan_merge`), on the driver where the changeset already is (``con``: a scratch
+    in-memory connection). Raises ChangesetError; reads no site state."""
+    inputs = MergeInputs(con, {})
+    try:
+        with changeset_errors():
+            batch = plan_merge(con, catalog, cs, held, inputs, max_clock_skew)
+            for name, tuples in batch.base.items():
+                con.execute(f"SELECT count(id) FROM {tuples}").fetchall()
+            for name, (tuples, monos) in batch.derived.items():
+                con.execute(f"SELECT count(vid) FROM {tuples}").fetchall()
+                if monos is not None:
+                    con.execute(f"SELECT count(ids) FROM {monos}").fetchall()
+            if batch.cl is not None:
+                con.execute(f"SELECT count(cl), count(kh) FROM {batch.cl}").fetchall()
+    finally:
+        inputs.close(drop_tables=True)
 
 
-def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tuple[Relation, RelationChanges]],
-             max_clock_skew: float) -> SparkBatch:
-    """The batch a changeset's held relations make, every value checked (ChangesetError otherwise)."""
+def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tuple[Relation, RelationChanges]]
+             ) -> SparkBatch:
+    """The batch a changeset's held relations make (check it first with :func:`check_changeset`)."""
     batch = SparkBatch()
-    key_hashes = []
     for rel, rc in held:
         what = f"relation {rel.name}"
         if rc.kind is ChangeKind.BASE:
             frame = values_frame(spark, rel, rc.tuples, "id", what)
-            check_tuples(rel, frame, "id")
             if rel.is_base:
                 batch.base[rel.name] = frame
-                if rel.key:
-                    key_hashes.append(frame.select("id", F.expr(key_hash_sql(rel.name, rel.key_aug_columns))
-                                                   .alias("computed")))
             else:  # a replicated table's tuples into a remote relation: each its own monomial
                 batch.derived[rel.name] = frame.select(F.col("id").alias("vid"), F.array("id").alias("ids"),
                                                        *aug_cols(rel))
         else:
-            frame = values_frame(spark, rel, rc.tuples, "vid", what)
-            check_tuples(rel, frame, "vid")
             assert rc.monos is not None
+            frame = values_frame(spark, rel, rc.tuples, "vid", what)
             monos = spark.createDataFrame(
-                pa.table([hugeint_to_binary(rc.monos.column("vid")),
-                          pa.ListArray.from_arrays(rc.monos.column("ids").combine_chunks().offsets,
-                                                   hugeint_to_binary(rc.monos.column("ids").combine_chunks().values))],
+                pa.table([hugeint_to_binary(rc.monos.column("vid")), hugeint_lists_to_binary(rc.monos.column("ids"))],
                          names=["vid", "ids"]), schema="vid BINARY, ids ARRAY<BINARY>")
-            values = frame.dropDuplicates(["vid"])
             batch.derived[rel.name] = (monos.select("vid", F.array_sort(F.array_distinct("ids")).alias("ids"))
-                                       .join(values, "vid"))
+                                       .join(frame.dropDuplicates(["vid"]), "vid"))
     if cs.cl is not None and cs.cl.num_rows:
         interest: set[str] = set()
-        for rel, _ in held:
-            interest |= catalog.lineage(rel.name)
-        entries = entries_frame(spark, cs.cl).where(F.col("rel").isin(sorted(interest)))
-        hashes = None
-        if key_hashes:
-            hashes = key_hashes[0]
-            for h in key_hashes[1:]:
-                hashes = hashes.unionByName(h)
-            hashes = hashes.dropDuplicates(["id"])
-        check_entries(catalog, entries, hashes, max_clock_skew)
-        batch.cl = entries
+        for name in catalog:  # the catalog holds the lineage the changeset grew
+            interest |= catalog.lineage(name)
+        rels = set(cs.cl.column("rel").unique().to_pylist()) & interest
+        if rels:
+            batch.cl = entries_frame(spark, cs.cl).where(F.col("rel").isin(sorted(rels)))
+            batch.cl_relations = rels
     return batch
 
 

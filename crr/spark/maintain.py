@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -27,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 from sqlglot import exp
 
 from crr.catalog import Catalog, Relation
-from crr.errors import ChangesetError, SqlError
+from crr.errors import SqlError
 from crr.sql.compile import IDS
 from crr.spark.encoding import tuple_id_sql
 from crr.spark.store import Transaction
@@ -35,6 +36,10 @@ from crr.spark.tables import (CL, app_key, aug_cols, base_app, current_cl, deriv
                               visibility)
 
 _names = itertools.count()
+PARALLEL_JOBS = 4  # APP tables recomputed at once (independent Spark jobs)
+
+FORGED_ENTRIES = ("crr: causal-length entries disagree about a tuple's relation or key hash; the changeset is "
+                  "corrupt or forged")
 
 
 @dataclass
@@ -43,6 +48,7 @@ class SparkBatch:
     ``(id, cols...)`` per replicated table, and derivations ``(vid, ids, cols...)`` per remote relation."""
 
     cl: DataFrame | None = None
+    cl_relations: set[str] = field(default_factory=set)  # the relations ``cl``'s entries may name
     base: dict[str, DataFrame] = field(default_factory=dict)
     derived: dict[str, DataFrame] = field(default_factory=dict)
 
@@ -100,7 +106,7 @@ class SparkMaintainer:
     def apply(self, batch: SparkBatch, view_order: list[str]) -> SparkResult:
         """Apply a batch: steps 1-5 of the module docstring."""
         if batch.cl is not None:
-            self._merge_cl(batch.cl)
+            self._merge_cl(batch.cl, batch.cl_relations)
         for name, df in batch.base.items():
             self._add_tuples(self.rels[name], df)
         for name, df in batch.derived.items():
@@ -121,7 +127,10 @@ class SparkMaintainer:
         self.result.refreshed.append(view.name)
         return self.result
 
-    def _merge_cl(self, entries: DataFrame) -> None:
+    def _merge_cl(self, entries: DataFrame, relations: set[str]) -> None:
+        """Append the entries that grow an id's current one (one job). An id's relation and key hash
+        never change: entries disagreeing with each other or with the stored ones fail the job
+        (``raise_error``), which aborts the transaction. ``relations``: the relations of the entries."""
         merged = entries.groupBy("id").agg(
             F.min("rel").alias("rel"), F.min("kh").alias("kh"), F.max("cl").alias("cl"), F.max("stamp").alias("stamp"),
             ((F.min("rel") != F.max("rel")) | ~F.min("kh").eqNullSafe(F.max("kh"))
@@ -134,29 +143,20 @@ class SparkMaintainer:
                                    & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh"))))
         grew = (F.col("o_cl").isNull() | (F.col("cl") > F.col("o_cl"))
                 | (F.coalesce(F.col("stamp"), F.lit(b"")) > F.coalesce(F.col("o_stamp"), F.lit(b""))))
-        checked = joined.select("id", "rel", "kh", F.greatest("cl", "o_cl").alias("cl"),
-                                F.greatest("stamp", "o_stamp").alias("stamp"), forged.alias("forged"),
-                                grew.alias("grew")).where("grew OR forged").cache()
-        try:
-            stats = checked.groupBy().agg(F.count(F.lit(1)).alias("n"),
-                                          F.sum(F.col("forged").cast("int")).alias("forged"),
-                                          F.collect_set("rel").alias("rels")).collect()[0]
-            if stats["forged"]:
-                raise ChangesetError("malformed changeset: causal-length entries disagree about a tuple's relation "
-                                     "or key hash; the changeset is corrupt or forged")
-            if stats["n"]:
-                self.txn.append(CL, checked.select("id", "rel", "cl", "kh", "stamp", F.lit(self.seq).alias("seq")))
-                self.result.cl_changed = stats["n"]
-                self.flipped = set(stats["rels"])
-        finally:
-            checked.unpersist()
+        cl = F.when(forged, F.raise_error(F.lit(FORGED_ENTRIES))).otherwise(F.greatest("cl", "o_cl"))
+        written = joined.where(grew | forged).select(
+            "id", "rel", cl.cast("int").alias("cl"), "kh", F.greatest("stamp", "o_stamp").alias("stamp"),
+            F.lit(self.seq).alias("seq"))
+        _, rows = self.txn.append(CL, written)
+        if rows:
+            self.result.cl_changed = rows
+            self.flipped = set(relations)
 
     def _add_tuples(self, rel: Relation, tuples: DataFrame) -> None:
         """Append the base tuples ``rel`` lacks; they are its delta."""
         key = tuples_key(rel)
         new = tuples.dropDuplicates(["id"]).join(self.txn.read(key).select("id"), "id", "left_anti")
-        part = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
-        n = part.count()
+        part, n = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
             self.result.new_tuples[rel.name] = self.result.new_tuples.get(rel.name, 0) + n
@@ -166,8 +166,7 @@ class SparkMaintainer:
         key = monos_key(rel)
         new = monos.dropDuplicates(["vid", "ids"]).join(self.txn.read(key).select("vid", "ids"),
                                                         ["vid", "ids"], "left_anti")
-        part = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
-        n = part.count()
+        part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
             self.result.new_monomials[rel.name] = self.result.new_monomials.get(rel.name, 0) + n
@@ -214,14 +213,19 @@ class SparkMaintainer:
         if not todo:
             return
         vis = self._visibility().cache()
+
+        def refresh(rel: Relation) -> None:
+            if rel.is_base:
+                app = base_app(rel, self.txn.read(tuples_key(rel)), vis)
+            else:
+                app = derived_app(rel, self.txn.read(monos_key(rel)), vis)
+            self.txn.replace(app_key(rel), app)
         try:
-            for rel in todo:
-                if rel.is_base:
-                    app = base_app(rel, self.txn.read(tuples_key(rel)), vis)
-                else:
-                    app = derived_app(rel, self.txn.read(monos_key(rel)), vis)
-                self.txn.replace(app_key(rel), app)
-                self.result.refreshed.append(rel.name)
+            # independent jobs: submitted together, so Spark overlaps their scheduling and small tasks
+            with ThreadPoolExecutor(max_workers=PARALLEL_JOBS) as pool:
+                for f in [pool.submit(refresh, rel) for rel in todo]:
+                    f.result()
+            self.result.refreshed.extend(rel.name for rel in todo)
         finally:
             vis.unpersist()
 

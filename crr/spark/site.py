@@ -14,9 +14,10 @@ APP relations, and aggregate views are not supported yet.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import duckdb
 import pyarrow as pa
@@ -32,7 +33,7 @@ from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationE
     UnsupportedSqlError
 from crr.merge import grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
-from crr.spark.exchange import batch_of, collect_changes
+from crr.spark.exchange import batch_of, check_changeset, collect_changes
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, app_key, relation_tables, user_view
@@ -41,6 +42,25 @@ from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
 from crr.types import Column, quote_ident, type_family
+
+@contextlib.contextmanager
+def spark_errors() -> Iterator[None]:
+    """A Spark job failing inside a merge refuses the changeset: a check that failed the job
+    (``raise_error('crr: ...')``) with its own message, anything else with Spark's first line."""
+    try:
+        yield
+    except CrrError:
+        raise
+    except Exception as e:
+        if not type(e).__module__.startswith("pyspark"):
+            raise
+        text = str(e)
+        if "crr: " in text:
+            raise ChangesetError("malformed changeset: " + text.split("crr: ", 1)[1].splitlines()[0].strip()
+                                 .rstrip("'\".")) from None
+        raise ChangesetError(f"the changeset could not be merged ({text.splitlines()[0]}); nothing was changed") \
+            from None
+
 
 _KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
               RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}
@@ -364,23 +384,17 @@ class SparkSite:
         catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))
         held = [(catalog[rel.name], rc) for rel, rc in held]
 
+        if held:
+            check_changeset(self._typer, catalog, cs, held, self.max_clock_skew)
+            if cs.cl is not None and cs.cl.num_rows and cs.cl.column("stamp").null_count < cs.cl.num_rows:
+                stamps = cs.cl.column("stamp").to_pylist()  # UHUGEINT: 16 little-endian bytes each
+                self._clock.observe(max(int.from_bytes(s, "little") for s in stamps if s is not None))
+
         def work(txn: Transaction, catalog: Catalog):
             if not held:
                 return SparkResult(), catalog, False
-            try:
-                batch = batch_of(self.spark, catalog, cs, held, self.max_clock_skew)
-                if batch.cl is not None:
-                    top = batch.cl.where("stamp IS NOT NULL").agg({"stamp": "max"}).collect()[0][0]
-                    if top is not None:
-                        self._clock.observe(int.from_bytes(top, "big"))
-                result = self._maintain(txn, catalog, batch)
-            except CrrError:
-                raise
-            except Exception as e:
-                if type(e).__module__.startswith("pyspark"):
-                    raise ChangesetError(f"the changeset could not be merged ({str(e).splitlines()[0]}); "
-                                         "nothing was changed") from None
-                raise
+            with spark_errors():
+                result = self._maintain(txn, catalog, batch_of(self.spark, catalog, cs, held))
             return result, catalog, result.changed or bool(grown)
         return self._run(work, catalog)
 

@@ -23,7 +23,10 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from crr.errors import SiteError
 
@@ -130,6 +133,7 @@ class Transaction:
         self.meta = json.loads(json.dumps(store.manifest["meta"]))
         self._written: list[str] = []
         self._parts = 0
+        self._lock = threading.Lock()  # parts may be written by several threads at once
         self.done = False
 
     def has(self, key: str) -> bool:
@@ -148,30 +152,42 @@ class Transaction:
         """Drop a table (its files go once the commit is in force)."""
         self.tables.pop(key, None)
 
-    def _write(self, key: str, df) -> tuple[str, Any]:
-        self._parts += 1
-        rel = f"{table_folder(key)}/{self.commit_no:08d}-{self._parts:04d}"
+    def _write(self, key: str, df) -> tuple[str, Any, int]:
+        """Write a part (one Spark job); return its name, the part read back, and its row count (from
+        the Parquet footers, so counting costs no job)."""
+        with self._lock:
+            self._parts += 1
+            rel = f"{table_folder(key)}/{self.commit_no:08d}-{self._parts:04d}"
         path = os.path.join(self.store.path, "data", rel)
-        self._written.append(path)
+        with self._lock:
+            self._written.append(path)
         df.write.mode("errorifexists").parquet(path)
-        return rel, self.store.spark.read.schema(self.tables[key]["schema"]).parquet(path)
+        rows = sum(pq.read_metadata(os.path.join(path, f)).num_rows for f in os.listdir(path) if f.endswith(".parquet"))
+        schema = self.tables[key]["schema"]
+        if rows == 0:  # nothing to keep: an empty part is never listed
+            shutil.rmtree(path, ignore_errors=True)
+            with self._lock:
+                self._written.remove(path)
+            return rel, self.store.spark.createDataFrame([], schema), 0
+        return rel, self.store.spark.read.schema(schema).parquet(path), rows
 
-    def append(self, key: str, df):
-        """Write ``df``'s rows as a new part of ``key``; return the part, read back as a DataFrame.
+    def append(self, key: str, df) -> tuple[Any, int]:
+        """Write ``df``'s rows as a new part of ``key``; return the part read back and its row count.
 
-        A table past :data:`MAX_PARTS` parts is compacted into one first.
+        An empty part is not kept. A table past :data:`MAX_PARTS` parts is compacted into one first.
         """
         if len(self.tables[key]["parts"]) >= MAX_PARTS:
             self.replace(key, self.read(key))
-        rel, part = self._write(key, df)
-        self.tables[key]["parts"].append(rel)
-        return part
+        rel, part, rows = self._write(key, df)
+        if rows:
+            self.tables[key]["parts"].append(rel)
+        return part, rows
 
-    def replace(self, key: str, df):
-        """Make ``df`` the whole content of ``key`` (one new part); return it read back."""
-        rel, part = self._write(key, df)
-        self.tables[key]["parts"] = [rel]
-        return part
+    def replace(self, key: str, df) -> tuple[Any, int]:
+        """Make ``df`` the whole content of ``key`` (one new part); return it read back and its row count."""
+        rel, part, rows = self._write(key, df)
+        self.tables[key]["parts"] = [rel] if rows else []
+        return part, rows
 
     def commit(self) -> None:
         """Make the transaction durable and visible: fsync its parts, write the manifest, switch CURRENT."""
