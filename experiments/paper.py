@@ -18,8 +18,11 @@ import tempfile
 import time
 from typing import Callable
 
+import duckdb
+import pyarrow as pa
+
 from crr.site import Site
-from crr.bench.data import VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from crr.bench.data import PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 from crr.bench.gupta_duckdb import GuptaDuckDB
 from crr.bench.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state
 from crr.bench.streams import paper_streams
@@ -53,6 +56,9 @@ class _Crr:
     def rows(self) -> int:
         return self.site.execute(f"SELECT count(*) FROM {self.name}")[0][0]
 
+    def contents(self) -> pa.Table:
+        return self.site._con.sql(f"SELECT * FROM {self.name}").to_arrow_table()  # internal: as crr_state reads
+
     def close(self) -> None:
         self.site.close()
 
@@ -71,13 +77,21 @@ class _GuptaDuckDB:
     def rows(self) -> int:
         return self.g.rows()
 
+    def contents(self) -> pa.Table:
+        return self.g.contents()
+
     def close(self) -> None:
         self.g.close()
 
 
 class _GuptaSpark:
+    """Gupta counting on Spark. Construction (not timed) first runs a discarded warm-up on a throwaway
+    instance, the first two insert and delete batches of the stream, so the JVM's warm-up stays out of
+    the timed batches even with ``--repeat 1``."""
+
     def __init__(self, path: str, view: str, streams) -> None:
-        from crr.bench.gupta_spark import GuptaSpark
+        from crr.bench.gupta_spark import GuptaSpark, warm_up
+        warm_up(view, streams.r2_rows, [(b.rows, b.sign) for b in streams.inserts[:2] + streams.deletes[:2]])
         self.g = GuptaSpark(view, streams.r2_rows)
 
     def apply(self, batch) -> None:
@@ -92,8 +106,43 @@ class _GuptaSpark:
     def rows(self) -> int:
         return self.g.rows()
 
+    def contents(self) -> pa.Table:
+        return self.g.contents()
+
     def close(self) -> None:
         pass
+
+
+def expected_contents(streams, view: str) -> dict[str, pa.Table]:
+    """``{phase: rows}``: plain DuckDB's evaluation of the view (as a set) over R1 and R2 at the end of
+    the stream's insert phase and of its delete phase (deletes matched on whole rows)."""
+    con = duckdb.connect()
+    con.execute(PLAIN_R1)
+    con.execute(PLAIN_R2)
+    con.register("x", streams.r2_rows)
+    con.execute("INSERT INTO r2 SELECT * FROM x")
+    out = {}
+    for phase, batches in (("insert", streams.inserts), ("delete", streams.deletes)):
+        for b in batches:
+            con.register("x", b.rows)
+            con.execute("INSERT INTO r1 SELECT * FROM x" if b.sign > 0 else
+                        "DELETE FROM r1 WHERE (a, b, c, d, e) IN (SELECT (a, b, c, d, e) FROM x)")
+        out[phase] = con.sql(f"SELECT DISTINCT * FROM ({VIEWS[view]})").to_arrow_table()
+    con.close()
+    return out
+
+
+def same_rows(got: pa.Table, want: pa.Table) -> bool:
+    """Whether two tables have the same column names and the same multiset of rows."""
+    if got.column_names != want.column_names:
+        return False
+    con = duckdb.connect()
+    con.register("got", got)
+    con.register("want", want)
+    differ = con.execute("SELECT (SELECT count(*) FROM (FROM got EXCEPT ALL FROM want)) + "
+                         "(SELECT count(*) FROM (FROM want EXCEPT ALL FROM got))").fetchall()[0][0]
+    con.close()
+    return differ == 0
 
 
 ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSpark}
@@ -101,8 +150,10 @@ ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSp
 
 def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s: None,
         views: tuple[str, ...] = ("project", "join"),
-        algorithms: tuple[str, ...] = ("crr", "gupta-duckdb")) -> list[dict]:
-    """Run the experiments; return one record per (experiment, n, algorithm)."""
+        algorithms: tuple[str, ...] = ("crr", "gupta-duckdb"), check: bool = True) -> list[dict]:
+    """Run the experiments; return one record per (experiment, n, algorithm). With ``check``, every
+    algorithm's view must hold exactly the rows of a plain DuckDB evaluation of the view at the end
+    of each phase of each repetition (checked outside the timed region; AssertionError otherwise)."""
     total = max(sizes)
     r1, r2 = r1_rows(total), r2_rows()
     progress(f"generating streams: {total} inserts and {total} deletes in batches of {batch}")
@@ -111,6 +162,7 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
     times: dict[tuple, list[float]] = {}
     state: dict[tuple, dict] = {}
     rows: dict[tuple, int] = {}
+    want = {view: expected_contents(streams, view) for view in views} if check else {}
     with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
         for rep in range(repeat):
             for view in views:
@@ -130,6 +182,9 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
                                 if rep == 0:
                                     state[key] = site.state()
                                     rows[key] = site.rows()
+                        if check and not same_rows(site.contents(), want[view][phase]):
+                            raise AssertionError(f"{algo}'s {view} view differs from plain DuckDB's evaluation "
+                                                 f"after the {phase} phase (repetition {rep + 1})")
                     site.close()
     records = []
     for (experiment, n, algo), ts in sorted(times.items()):
