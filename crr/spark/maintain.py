@@ -36,7 +36,7 @@ from crr.spark.tables import (CL, app_key, aug_cols, base_app, current_cl, deriv
                               visibility)
 
 _names = itertools.count()
-PARALLEL_JOBS = 4  # APP tables recomputed at once (independent Spark jobs)
+PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
 
 FORGED_ENTRIES = ("crr: causal-length entries disagree about a tuple's relation or key hash; the changeset is "
                   "corrupt or forged")
@@ -107,14 +107,35 @@ class SparkMaintainer:
         """Apply a batch: steps 1-5 of the module docstring."""
         if batch.cl is not None:
             self._merge_cl(batch.cl, batch.cl_relations)
-        for name, df in batch.base.items():
-            self._add_tuples(self.rels[name], df)
-        for name, df in batch.derived.items():
-            self._add_derivations(self.rels[name], df)
-        for name in view_order:
-            self._run_view(self.rels[name])
+        self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df) for name, df in batch.base.items()]
+                       + [lambda n=name, df=df: self._add_derivations(self.rels[n], df)
+                          for name, df in batch.derived.items()])
+        for level in self._levels(view_order):
+            self._parallel([lambda n=name: self._run_view(self.rels[n]) for name in level])
         self._refresh_app()
         return self.result
+
+    @staticmethod
+    def _parallel(jobs: list) -> None:
+        """Run independent steps at once (each is one or more Spark jobs), so Spark overlaps their
+        scheduling and small tasks; the first failure is raised once all have stopped."""
+        if len(jobs) <= 1:
+            for job in jobs:
+                job()
+            return
+        with ThreadPoolExecutor(max_workers=PARALLEL_JOBS) as pool:
+            futures = [pool.submit(job) for job in jobs]
+        for f in futures:
+            f.result()
+
+    def _levels(self, view_order: list[str]) -> list[list[str]]:
+        """The views grouped so that each group reads only relations of earlier groups (or inputs)."""
+        level: dict[str, int] = {}
+        for name in view_order:
+            plan = self.rels[name].plan
+            assert plan is not None
+            level[name] = 1 + max((level.get(r, 0) for r in plan.inputs), default=0)
+        return [[n for n in view_order if level[n] == k] for k in sorted(set(level.values()))]
 
     def populate(self, view: Relation) -> SparkResult:
         """Fill a new view from the whole state of its inputs, and compute its APP table."""
@@ -221,10 +242,7 @@ class SparkMaintainer:
                 app = derived_app(rel, self.txn.read(monos_key(rel)), vis)
             self.txn.replace(app_key(rel), app)
         try:
-            # independent jobs: submitted together, so Spark overlaps their scheduling and small tasks
-            with ThreadPoolExecutor(max_workers=PARALLEL_JOBS) as pool:
-                for f in [pool.submit(refresh, rel) for rel in todo]:
-                    f.result()
+            self._parallel([lambda r=rel: refresh(r) for rel in todo])
             self.result.refreshed.extend(rel.name for rel in todo)
         finally:
             vis.unpersist()

@@ -161,7 +161,9 @@ class Transaction:
         path = os.path.join(self.store.path, "data", rel)
         with self._lock:
             self._written.append(path)
-        df.write.mode("errorifexists").parquet(path)
+        # the manifest makes commits atomic, so each part skips the committer's rename pass and marker
+        (df.write.mode("errorifexists").option("mapreduce.fileoutputcommitter.algorithm.version", "2")
+         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false").parquet(path))
         rows = sum(pq.read_metadata(os.path.join(path, f)).num_rows for f in os.listdir(path) if f.endswith(".parquet"))
         schema = self.tables[key]["schema"]
         if rows == 0:  # nothing to keep: an empty part is never listed
