@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
 import random
 import shutil
+import signal
+import subprocess
+import sys
 
 import duckdb
 import pyarrow as pa
 import pytest
 
 import crr
-from crr.errors import TypeMismatchError
+from crr.errors import (CatalogError, ChangesetError, ConstraintError, SchemaMismatchError, TypeMismatchError,
+                        UnsupportedSqlError)
 from crr.types import Column, tuple_id_sql as duckdb_id_sql
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (Java 17 is on CI)")
@@ -248,3 +253,185 @@ def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
     assert _duck(fresh, "join2") == _spark_rows(sp, "join2")
     assert (11, "p", 9.5) in _duck(fresh, "r")
     sp.close()
+
+
+# -- atomicity, restart, errors ----------------------------------------------------------------------------
+
+KILL_CHILD = r"""
+import sys, time
+from crr.bench.gupta_spark import spark_session
+from crr.spark import SparkSite
+import crr.spark.store as store
+
+point = sys.argv[2]
+original_write, original_replace = store.Transaction._write, store.os.replace
+
+def write(self, key, df):
+    if point == "jobs":
+        print("killme", flush=True)
+        time.sleep(60)
+    return original_write(self, key, df)
+
+def replace(src, dst):
+    if dst.endswith("CURRENT") and point == "switch":
+        print("killme", flush=True)
+        time.sleep(60)
+    original_replace(src, dst)
+    if dst.endswith("CURRENT") and point == "after":
+        print("killme", flush=True)
+        time.sleep(60)
+
+store.Transaction._write = write
+store.os.replace = replace
+site = SparkSite(spark_session(), sys.argv[1])
+site.merge(open(sys.argv[3], "rb").read())
+print("merged", flush=True)
+"""
+
+
+def _base_site(site_id: str) -> crr.Site:
+    s = crr.Site(site_id=site_id)
+    s.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    s.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+    return s
+
+
+@pytest.mark.parametrize("point,survives", [("jobs", False), ("switch", False), ("after", True)])
+def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_path, point, survives):
+    """A process killed while a merge runs its Spark jobs, or just before the manifest switch, reopens
+    to the state before the merge; killed just after the switch, to the state after it. Parts the
+    killed merge wrote are deleted at reopen, and merging again gives the merged state."""
+    src = _base_site("src")
+    src.insert_many("r", [(i, f"b{i % 3}", float(i % 4) - 1) for i in range(30)])
+    first = src.changes()
+    src.execute("DELETE FROM r WHERE a < 10")
+    src.insert_many("r", [(i, "new", 1.0) for i in range(100, 120)])
+    second = src.changes(since=first.cursor)
+    path = str(tmp_path / "site")
+    site = SparkSite(spark, path, site_id="cloud")
+    site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+    site.merge(first.to_bytes())
+    before = {n: _spark_rows(site, n) for n in ("r", "big")}
+    site.close()
+    (tmp_path / "second.bin").write_bytes(second.to_bytes())
+    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, path, point, str(tmp_path / "second.bin")],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "killme", f"child stopped early: {line!r}"
+        os.killpg(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    site = SparkSite(spark, path)
+    after = {n: _spark_rows(site, n) for n in ("r", "big")}
+    reference = _base_site("ref")
+    reference.merge(first)
+    if survives:
+        reference.merge(second)
+    assert after == {n: _duck(reference, n) for n in ("r", "big")}
+    assert (after == before) is not survives
+    live = {p for t in site._store.manifest["tables"].values() for p in t["parts"]}
+    on_disk = {f"{t}/{p}" for t in os.listdir(os.path.join(path, "data")) for p in os.listdir(os.path.join(path, "data", t))}
+    assert on_disk == live  # nothing the killed merge wrote is left behind
+    site.merge(second.to_bytes())
+    reference.merge(second)
+    assert {n: _spark_rows(site, n) for n in ("r", "big")} == {n: _duck(reference, n) for n in ("r", "big")}
+    site.close()
+
+
+def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, monkeypatch):
+    """A merge that fails after writing parts (here: the commit's fsync) leaves the committed state and
+    the catalog as they were; the same merge then succeeds; state survives a reopen."""
+    src = _base_site("src")
+    src.insert_many("r", [(1, "a", 1.0), (2, "b", -1.0)])
+    path = str(tmp_path / "site")
+    site = SparkSite(spark, path, site_id="cloud")
+    site.execute("CREATE REMOTE TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+    import crr.spark.store as store
+
+    def broken(path):
+        raise OSError("disk full")
+    monkeypatch.setattr(store, "_fsync_tree", broken)
+    with pytest.raises(OSError, match="disk full"):
+        site.merge(src.changes().to_bytes())
+    monkeypatch.undo()
+    assert site.relation("r").lineage == frozenset()  # the grown lineage was not kept
+    assert _spark_rows(site, "big") == [] and site.cursor == 0
+    site.merge(src.changes().to_bytes())
+    assert _spark_rows(site, "big") == [(1, "a")]
+    site.close()
+    again = SparkSite(spark, path)
+    assert _spark_rows(again, "big") == [(1, "a")] and again.relation("r").lineage == frozenset({"r"})
+    assert again.site_id == "cloud" and again.cursor == site.cursor
+    with pytest.raises(crr.SiteError, match="belongs to site"):
+        SparkSite(spark, path, site_id="other")
+
+
+def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
+    src = _base_site("src")
+    src.insert_many("r", [(1, "a", 1.0)])
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+    good = src.changes()
+    # a tuple whose values do not hash to its id
+    forged = crr.Changeset.from_bytes(good.to_bytes())
+    rc = forged.relation("r")
+    rc.tuples = rc.tuples.set_column(1, "c0", pa.array([2], pa.int32()))
+    with pytest.raises(ChangesetError, match="do not match their values"):
+        site.merge(forged)
+    with pytest.raises(ChangesetError):
+        site.merge(b"CRRCS garbage")
+    other = crr.Site(site_id="other")
+    other.execute("CREATE REPLICATED TABLE r (a BIGINT, b VARCHAR, x DOUBLE)")
+    other.insert_many("r", [(1, "a", 1.0)])
+    with pytest.raises(SchemaMismatchError, match="schema mismatch for relation r"):
+        site.merge(other.changes())
+    assert site.cursor == 0 and _spark_rows(site, "r") == []
+    with pytest.raises(UnsupportedSqlError, match="insert_many"):
+        site.execute("DELETE FROM r")
+    with pytest.raises(UnsupportedSqlError, match="UPDATE is not supported on a Spark site"):
+        site.execute("UPDATE r SET a = 2")
+    with pytest.raises(UnsupportedSqlError, match="read-only"):
+        site.execute("CREATE TABLE elsewhere AS SELECT 1 AS one")
+    with pytest.raises(UnsupportedSqlError, match="aggregate views are not supported on a Spark site"):
+        site.execute("CREATE MATERIALIZED VIEW agg AS SELECT b, count(*) FROM r GROUP BY b")
+    with pytest.raises(CatalogError, match="no relation named nope"):
+        site.table("nope")
+    with pytest.raises(CatalogError, match="view\\(s\\) big read it"):
+        site.execute("DROP REPLICATED TABLE r")
+    with pytest.raises(ConstraintError, match="NOT NULL"):
+        site.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR NOT NULL)")
+        site.insert_many("k", [(1, None)])
+    site.insert_many("k", [(1, "one")])
+    with pytest.raises(ConstraintError, match="same PRIMARY KEY"):
+        site.insert_many("k", [(1, "uno")])
+    with pytest.raises(ConstraintError, match="rows share a PRIMARY KEY"):
+        site.insert_many("k", [(2, "two"), (2, "dos")])
+    assert _spark_rows(site, "k") == [(1, "one")]
+    site.merge(good)
+    assert _spark_rows(site, "big") == [(1, "a")]
+    site.execute("DROP MATERIALIZED VIEW big")
+    assert "big" not in site.relations()
+    site.close()
+    with pytest.raises(crr.SiteError, match="closed"):
+        site.table("r")
+
+
+def test_keyed_writes_at_a_spark_site_reach_duckdb_sites(spark, tmp_path):
+    """insert_many at a Spark site into a keyed table; a DuckDB replica's update wins over it by its later
+    stamp, and both sites agree in either merge order."""
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    duck = crr.Site(site_id="edge")
+    for s in (site, duck):
+        s.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR)")
+    site.insert_many("k", pa.table({"v": ["one", "two"], "id": pa.array([1, 2], pa.int32())}))
+    duck.merge(site.changes().to_bytes())
+    duck.execute("UPDATE k SET v = 'ONE' WHERE id = 1")
+    duck.execute("DELETE FROM k WHERE id = 2")
+    site.merge(duck.changes().to_bytes())
+    site.insert_many("k", spark.createDataFrame([(3, "three")], "id INT, v STRING"))
+    duck.merge(site.changes().to_bytes())
+    assert _spark_rows(site, "k") == _duck(duck, "k") == [(1, "ONE"), (3, "three")]
