@@ -120,7 +120,7 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         from crr.bench.gupta_spark import stop_spark
         try:
             records = paper.run(_ints(args.sizes), args.batch, args.repeat, say,
-                                algorithms=("crr", "gupta-duckdb", "gupta-spark"))
+                                algorithms=("crr", "gupta-duckdb", "gupta-spark", "crr-spark"))
         finally:
             stop_spark()
         report.paper_table(records, baseline="gupta-spark")

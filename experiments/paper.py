@@ -13,6 +13,7 @@ repetition, outside the timed region (the CHECKPOINT that file sizes need is not
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -24,7 +25,7 @@ import pyarrow as pa
 from crr.site import Site
 from crr.bench.data import PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 from crr.bench.gupta_duckdb import GuptaDuckDB
-from crr.bench.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state
+from crr.bench.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state, spark_state
 from crr.bench.streams import paper_streams
 
 Progress = Callable[[str], None]
@@ -113,6 +114,48 @@ class _GuptaSpark:
         pass
 
 
+class _CrrSpark:
+    """crr on Spark: a :class:`~crr.spark.SparkSite` view site declared like crr's (remote sources R1
+    and R2, the view), merging the same changesets. Construction (not timed) first runs a discarded
+    warm-up site over the first insert and delete batches."""
+
+    def __init__(self, path: str, view: str, streams) -> None:
+        from crr.bench.gupta_spark import spark_session
+        spark = spark_session()
+        warm = _crr_spark_site(spark, path + ".warm", view, streams.r2)
+        for b in streams.inserts[:1] + streams.deletes[:1]:
+            warm.merge(b.changeset)
+        warm.close()
+        shutil.rmtree(path + ".warm", ignore_errors=True)
+        self.site = _crr_spark_site(spark, path + ".spark", view, streams.r2)
+        self.name = VIEW_NAMES[view]
+
+    def apply(self, batch) -> None:
+        self.site.merge(batch.changeset)
+
+    def state(self) -> dict:
+        return spark_state(self.site, self.name).record(CRR_NARROW)
+
+    def rows(self) -> int:
+        return self.site.table(self.name).count()
+
+    def contents(self) -> pa.Table:
+        return self.site.table(self.name).toArrow()
+
+    def close(self) -> None:
+        self.site.close()
+
+
+def _crr_spark_site(spark, path: str, view: str, r2_changeset):
+    from crr.spark import SparkSite
+    site = SparkSite(spark, path, site_id="view")
+    for stmt in ddl("REMOTE SOURCE", keyed=False):
+        site.execute(stmt)
+    site.execute(f"CREATE MATERIALIZED VIEW {VIEW_NAMES[view]} AS {VIEWS[view]}")
+    site.merge(r2_changeset)
+    return site
+
+
 def expected_contents(streams, view: str) -> dict[str, pa.Table]:
     """``{phase: rows}``: plain DuckDB's evaluation of the view (as a set) over R1 and R2 at the end of
     the stream's insert phase and of its delete phase (deletes matched on whole rows)."""
@@ -145,7 +188,7 @@ def same_rows(got: pa.Table, want: pa.Table) -> bool:
     return differ == 0
 
 
-ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSpark}
+ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSpark, "crr-spark": _CrrSpark}
 
 
 def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s: None,

@@ -24,6 +24,10 @@ lineage). Arrow sizes are uncompressed and layout-independent, so the two sides 
   role ``view``) and, for the join, its copies of the base relations ``main.r1`` and ``main.r2``
   (role ``input``: a change to either input must be joined with the other).
 * Gupta counting on PySpark: the same three DataFrames, converted to Arrow.
+* crr on Spark (:func:`spark_state`): the tables of the site's store, read back as Arrow, with the
+  same roles: the view's derivations (``view``) and APP table (``app``), the derivations of the
+  relations in its lineage (``input``), their causal-length entries (``lineage``); ``file_bytes``
+  is the size of the Parquet files of those tables.
 
 ``view_state_bytes`` keeps the narrower measure this benchmark reported as ``state_bytes``
 before: crr's ``view`` and ``lineage`` parts, Gupta's ``view`` part (inputs and APP left out).
@@ -140,6 +144,32 @@ def crr_state(site, view: str, path: str | None = None) -> State:
                     state.add(name, "other", arrow_bytes(con, f"SELECT * FROM {q}"))
     if path is not None:
         state.file_bytes, state.file_used_bytes = file_sizes(con, path)
+    return state
+
+
+def spark_state(site, view: str) -> State:
+    """Everything a Spark site keeps for ``view``, by the roles of :func:`crr_state`; ``file_bytes``:
+    the Parquet files of those tables."""
+    from pyspark.sql import functions as F
+    store = site._store  # internal: experiments measure storage directly
+    lineage = set(site._catalog.lineage(view))
+    state = State()
+    files = 0
+    for key, entry in store.manifest["tables"].items():
+        kind, _, owner = key.partition(":")
+        if key == "cl":
+            role, frame = "lineage", store.read(key).where(F.col("rel").isin(sorted(lineage)))
+        elif owner == view:
+            role, frame = ("app" if kind == "app" else "view"), store.read(key)
+        elif owner in lineage and kind != "app" and site._catalog[owner].stored:
+            role, frame = "input", store.read(key)
+        else:
+            continue
+        state.add(key, role, frame.toArrow().nbytes)
+        for part in entry["parts"]:
+            folder = os.path.join(store.path, "data", part)
+            files += sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    state.file_bytes = state.file_used_bytes = files  # Parquet files hold only live data
     return state
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from crr.cli import main
 
-ALGOS = {"crr", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "counting-duckdb", "crr (keyed)", "crr (unkeyed)",
+ALGOS = {"crr", "crr-spark", "gupta-duckdb", "gupta-spark", "recompute-duckdb", "counting-duckdb", "crr (keyed)", "crr (unkeyed)",
          "crr+views (keyed)", "crr+views (unkeyed)", "plain-duckdb"}
 ROLES = {"view", "app", "input", "lineage", "other"}
 
@@ -49,6 +49,10 @@ def _paper_checks(doc: dict, algos: set[str]) -> None:
             else:  # a projection over a remote source keeps no input tuples
                 assert not inputs
             assert r["state_bytes"] > 0 and r["view_state_bytes"] > 0  # crr keeps causal lengths after deletes
+        elif r["algorithm"] == "crr-spark":  # the same roles, from the Spark site's store
+            assert {"view", "app", "lineage"} <= set(r["state_roles"].values())
+            inputs = {name for name, role in r["state_roles"].items() if role == "input"}
+            assert inputs == ({"m:r1", "m:r2"} if r["experiment"].startswith("join") else set())
         elif r["algorithm"] == "gupta-duckdb":
             assert parts == ({"main.v", "main.r1", "main.r2"} if r["experiment"].startswith("join") else {"main.v"})
         if r["experiment"].endswith("insert") and r["n"] == top and r["algorithm"] != "gupta-spark":
@@ -216,4 +220,4 @@ def test_bench_sync(tmp_path):
 @pytest.mark.skipif(shutil.which("java") is None, reason="PySpark needs a Java runtime (Java 17 is on CI)")
 def test_bench_spark(tmp_path):
     pytest.importorskip("pyspark")
-    _paper_checks(_run(tmp_path, "spark"), {"crr", "gupta-duckdb", "gupta-spark"})
+    _paper_checks(_run(tmp_path, "spark"), {"crr", "gupta-duckdb", "gupta-spark", "crr-spark"})

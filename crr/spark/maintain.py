@@ -30,6 +30,7 @@ from sqlglot import exp
 from crr.catalog import Catalog, Relation
 from crr.errors import SqlError
 from crr.sql.compile import IDS
+from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
 from crr.spark.store import Transaction
 from crr.spark.tables import (CL, app_key, aug_cols, base_app, current_cl, derived_app, monos_key, tuples_key,
@@ -183,7 +184,12 @@ class SparkMaintainer:
             self.result.new_tuples[rel.name] = self.result.new_tuples.get(rel.name, 0) + n
 
     def _add_derivations(self, rel: Relation, monos: DataFrame) -> None:
-        """Append the derivations ``rel`` lacks; they are its delta."""
+        """Append the derivations ``rel`` lacks; they are its delta. A remote source that keeps nothing
+        (no view joins it) passes what it received on as its delta: re-adding a derivation a view
+        already has is a no-op there."""
+        if rel.kind is RelationKind.SOURCE and not rel.stored:
+            self.delta[rel.name] = monos
+            return
         key = monos_key(rel)
         new = monos.dropDuplicates(["vid", "ids"]).join(self.txn.read(key).select("vid", "ids"),
                                                         ["vid", "ids"], "left_anti")

@@ -247,7 +247,8 @@ class SparkSite:
             spark_type(c.type)
         rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                        key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
-                       not_null=[c.name for c in stmt.columns if c.not_null], indexed=False, stored=True)
+                       not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
+                       stored=stmt.kind is not RelationKind.SOURCE)
 
         def work(txn: Transaction, catalog: Catalog):
             for key, schema in relation_tables(rel).items():
@@ -281,11 +282,12 @@ class SparkSite:
             type_family(c.type)
             spark_type(c.type)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan)
+        to_store = self._sources_to_store(plan)
 
         def work(txn: Transaction, catalog: Catalog):
             for key, schema in relation_tables(rel).items():
                 txn.create(key, schema)
-            catalog = catalog.with_(rel)
+            catalog = catalog.with_(*to_store, rel)
             m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
             try:
                 result = m.populate(rel)
@@ -295,6 +297,24 @@ class SparkSite:
         self._run(work)
         self._type_table(rel)
         return []
+
+    def _sources_to_store(self, plan) -> list[Relation]:
+        """The remote sources a new view joins that keep nothing yet, now to keep their derivations (a
+        join reads an input's whole state); refused for a source that already received data."""
+        joined = {o.relation for b in plan.branches if len(b.occurrences) > 1 for o in b.occurrences}
+        out = []
+        for name in plan.inputs:
+            source = self._catalog[name]
+            if source.kind is not RelationKind.SOURCE or source.stored:
+                continue
+            if source.lineage:
+                raise CatalogError(
+                    f"remote source {name} has already received data without keeping its tuples, so a new view "
+                    f"over it cannot be filled; create views over a source before merging into it, or declare "
+                    f"{name} as CREATE REMOTE TABLE")
+            if name in joined:
+                out.append(dataclasses.replace(source, stored=True))
+        return out
 
     def _drop(self, stmt: Drop) -> list[tuple]:
         rel = self._catalog.get(stmt.name)
