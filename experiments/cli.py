@@ -13,7 +13,7 @@ QUICK = {
     "writes": dict(ops=30),
     "merge": dict(sizes="1000,10000", repeat=2),
     "recompute": dict(base=50000, deltas="1,100,1000", repeat=2),
-    "spark": dict(sizes="20000", batch=10000, repeat=1),
+    "spark": dict(sizes="10000", batch=10000, repeat=1),
     "sync": dict(writes=20, partition_rows=2000),
     "aggregate": dict(base=20000, groups=200, deltas="1,100", repeat=2),
 }

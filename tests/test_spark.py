@@ -171,10 +171,10 @@ def _writer_changesets(seed: int) -> list[bytes]:
         for ddl in WRITER_DDL:
             w.execute(ddl)
     out, cursors = [], [0, 0]
-    for rnd in range(3):
-        for _ in range(7):
+    for rnd in range(2):
+        for _ in range(10):
             _random_step(rng, rng.choice(writers))
-        if rnd == 1:
+        if rnd == 0:
             writers[1].merge(writers[0].changes())
             writers[0].merge(writers[1].changes())
         for i, w in enumerate(writers):
@@ -202,7 +202,11 @@ def _plain_views(duck: crr.Site, ts_rows: list[tuple]) -> dict[str, list[tuple]]
     return {name: _sorted(con.execute(f"SELECT DISTINCT * FROM {name}").fetchall()) for name in VIEWS}
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+# each seed costs about a minute of Spark jobs: CI runs one, CRR_SPARK_SEEDS=1,2,3 runs more
+SEEDS = [int(x) for x in os.environ.get("CRR_SPARK_SEEDS", "1").split(",")]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
     """Random changesets (inserts, deletes, keyed updates) of two writers, merged into a DuckDB site and
     a Spark site in different orders (with duplicates), leave identical APP relations and views for
@@ -220,7 +224,7 @@ def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
     for cs in changesets:
         duck.merge(cs)
         ts_copy.merge(cs)
-    order = list(changesets) + changesets[1:3]
+    order = list(changesets) + changesets[1:2]
     random.Random(seed).shuffle(order)
     for cs in order:
         sp.merge(cs)
@@ -296,10 +300,11 @@ def _base_site(site_id: str) -> crr.Site:
     return s
 
 
-@pytest.mark.parametrize("point,survives", [("jobs", False), ("switch", False), ("after", True)])
+@pytest.mark.parametrize("point,survives", [("switch", False), ("after", True)])
 def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_path, point, survives):
-    """A process killed while a merge runs its Spark jobs, or just before the manifest switch, reopens
-    to the state before the merge; killed just after the switch, to the state after it. Parts the
+    """A process killed just before the manifest switch (all Spark jobs of the merge done, its parts
+    written) reopens to the state before the merge; killed just after the switch, to the state after
+    it (``point="jobs"`` kills it at its first Spark write; each case starts a JVM, so CI runs two). Parts the
     killed merge wrote are deleted at reopen, and merging again gives the merged state."""
     src = _base_site("src")
     src.insert_many("r", [(i, f"b{i % 3}", float(i % 4) - 1) for i in range(30)])
