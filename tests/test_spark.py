@@ -268,13 +268,7 @@ from crr.spark import SparkSite
 import crr.spark.store as store
 
 point = sys.argv[2]
-original_write, original_replace = store.Transaction._write, store.os.replace
-
-def write(self, key, df):
-    if point == "jobs":
-        print("killme", flush=True)
-        time.sleep(60)
-    return original_write(self, key, df)
+original_replace = store.os.replace
 
 def replace(src, dst):
     if dst.endswith("CURRENT") and point == "switch":
@@ -285,7 +279,6 @@ def replace(src, dst):
         print("killme", flush=True)
         time.sleep(60)
 
-store.Transaction._write = write
 store.os.replace = replace
 site = SparkSite(spark_session(), sys.argv[1])
 site.merge(open(sys.argv[3], "rb").read())
@@ -304,7 +297,7 @@ def _base_site(site_id: str) -> crr.Site:
 def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_path, point, survives):
     """A process killed just before the manifest switch (all Spark jobs of the merge done, its parts
     written) reopens to the state before the merge; killed just after the switch, to the state after
-    it (``point="jobs"`` kills it at its first Spark write; each case starts a JVM, so CI runs two). Parts the
+    it (each case starts a JVM, so there are only these two). Parts the
     killed merge wrote are deleted at reopen, and merging again gives the merged state."""
     src = _base_site("src")
     src.insert_many("r", [(i, f"b{i % 3}", float(i % 4) - 1) for i in range(30)])
@@ -386,7 +379,8 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
     rc = forged.relation("r")
     rc.tuples = rc.tuples.set_column(1, "c0", pa.array([2], pa.int32()))
     with pytest.raises(ChangesetError, match="do not match their values"):
-        site.merge(forged)
+        site.merge(forged, track=True)
+    assert site.peer_cursor("src", "r") == 0  # a refused merge records no cursor either
     with pytest.raises(ChangesetError):
         site.merge(b"CRRCS garbage")
     other = crr.Site(site_id="other")
@@ -410,6 +404,11 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
     with pytest.raises(ConstraintError, match="NOT NULL"):
         site.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR NOT NULL)")
         site.insert_many("k", [(1, None)])
+    with pytest.raises(TypeMismatchError, match="insert_many into k"):
+        site.insert_many("k", [(1, "one"), ("two", 2.5)])
+    with pytest.raises(TypeMismatchError, match="insert_many into k: Spark could not store"):
+        site.insert_many("k", pa.table({"id": ["not a number"], "v": ["x"]}))
+    assert site.insert_many("k", []) == 0
     site.insert_many("k", [(1, "one")])
     with pytest.raises(ConstraintError, match="same PRIMARY KEY"):
         site.insert_many("k", [(1, "uno")])
@@ -436,7 +435,45 @@ def test_keyed_writes_at_a_spark_site_reach_duckdb_sites(spark, tmp_path):
     duck.merge(site.changes().to_bytes())
     duck.execute("UPDATE k SET v = 'ONE' WHERE id = 1")
     duck.execute("DELETE FROM k WHERE id = 2")
-    site.merge(duck.changes().to_bytes())
+    edge = duck.changes()
+    site.merge(edge.to_bytes(), track=True)
+    assert site.peer_cursor("edge", "K") == edge.cursor > 0 and site.peer_cursor("edge", "other") == 0
     site.insert_many("k", spark.createDataFrame([(3, "three")], "id INT, v STRING"))
     duck.merge(site.changes().to_bytes())
     assert _spark_rows(site, "k") == _duck(duck, "k") == [(1, "ONE"), (3, "three")]
+    site.close()
+    assert SparkSite(spark, str(tmp_path / "site")).peer_cursor("edge", "k") == edge.cursor  # kept in the commit
+
+
+def test_compaction_keeps_each_ids_current_entry(spark, tmp_path, monkeypatch):
+    """Past MAX_PARTS parts a table is compacted; ``cl`` then keeps one row per id (its current entry),
+    and changes, full or after a cursor, still carry what a DuckDB site needs."""
+    import crr.spark.store as store
+    monkeypatch.setattr(store, "MAX_PARTS", 2)
+    edge = crr.Site(site_id="edge")
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for s in (edge, site):
+        s.execute("CREATE REPLICATED TABLE r (a INTEGER)")
+    cursors = []
+    for step in ("INSERT INTO r VALUES (1), (2)", "DELETE FROM r WHERE a = 1", "INSERT INTO r VALUES (1)",
+                 "DELETE FROM r", "INSERT INTO r VALUES (2)"):
+        edge.execute(step)
+        site.merge(edge.changes().to_bytes())
+        cursors.append(site.cursor)
+    cl = site._store.read("cl")
+    # 7 entries grew over the five merges; compaction left the current entries of the 2 ids, plus
+    # the last merge's part
+    assert cl.count() < 7 and cl.select("id").distinct().count() == 2
+    assert len(site._store.manifest["tables"]["cl"]["parts"]) <= 2
+    assert _spark_rows(site, "r") == _duck(edge, "r") == [(2,)]
+    fresh = crr.Site(site_id="fresh")
+    fresh.execute("CREATE REPLICATED TABLE r (a INTEGER)")
+    fresh.merge(site.changes(since=0).to_bytes())
+    assert _duck(fresh, "r") == [(2,)]
+    assert aug_cl(fresh) == aug_cl(edge)
+    later = site.changes(since=cursors[2])  # after the re-insert of 1: the delete of 1 and re-insert of 2
+    assert later.cl.num_rows == 2
+
+
+def aug_cl(site: crr.Site) -> list[tuple]:
+    return site.execute("SELECT id, rel, cl FROM _crr.cl ORDER BY id")

@@ -33,7 +33,7 @@ from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
 from crr.spark.store import Transaction
-from crr.spark.tables import (CL, app_key, aug_cols, base_app, current_cl, derived_app, monos_key, tuples_key,
+from crr.spark.tables import (CL, CL_COLUMNS, app_key, aug_cols, base_app, current_cl, derived_app, monos_key, tuples_key,
                               visibility)
 
 _names = itertools.count()
@@ -169,7 +169,8 @@ class SparkMaintainer:
         written = joined.where(grew | forged).select(
             "id", "rel", cl.cast("int").alias("cl"), "kh", F.greatest("stamp", "o_stamp").alias("stamp"),
             F.lit(self.seq).alias("seq"))
-        _, rows = self.txn.append(CL, written)
+        # compaction keeps each id's current entry only (its newest row already holds the maxima)
+        _, rows = self.txn.append(CL, written, compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
         if rows:
             self.result.cl_changed = rows
             self.flipped = set(relations)

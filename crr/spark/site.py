@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import uuid
 from typing import Any, Iterable, Iterator
 
@@ -30,7 +31,7 @@ from crr.catalog import Catalog, Relation, relation_from_row, relation_row
 from crr.changeset import Changeset
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
-    UnsupportedSqlError
+    TypeMismatchError, UnsupportedSqlError
 from crr.merge import grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes
@@ -89,6 +90,7 @@ class SparkSite:
                             "open it without site_id or with its own id")
         self.site_id: str = meta["site_id"]
         self._seq: int = int(meta["seq"])
+        self._cursors: dict[str, dict[str, int]] = json.loads(json.dumps(meta.get("cursors", {})))
         self._clock = HybridClock(self.site_id, int(meta["hlc"]))
         self._typer = duckdb.connect()  # types DDL and view queries; holds no data
         catalog = Catalog()
@@ -141,7 +143,8 @@ class SparkSite:
     # -- transactions --------------------------------------------------------------------------------
     def _commit(self, txn: Transaction, catalog: Catalog, seq: int) -> None:
         txn.meta = {"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
-                    "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())]}
+                    "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())],
+                    "cursors": self._cursors}
         txn.commit()
         self._catalog, self._seq = catalog, seq
 
@@ -150,7 +153,7 @@ class SparkSite:
         txn = self._store.transaction()
         clock = self._clock.last
         try:
-            result, new_catalog, changed = work(txn, catalog or self._catalog)
+            result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
             self._commit(txn, new_catalog, self._seq + 1 if changed else self._seq)
             return result
         except BaseException:
@@ -351,17 +354,30 @@ class SparkSite:
         if not rel.is_base:
             raise ReadOnlyRelationError(f"{rel.name} is a {_KIND_TEXT[rel.kind]}; only replicated tables are "
                                         "written here (its rows come from merges)")
-        frame = self._frame(rel, rows)
+        frame, given = self._frame(rel, rows)
+        if given == 0:
+            return 0
 
         def work(txn: Transaction, catalog: Catalog):
-            batch = insert_batch(rel, frame, txn.read(CL), self._clock)
-            result = self._maintain(txn, catalog, batch)
+            try:
+                batch = insert_batch(rel, frame, txn.read(CL), self._clock)
+                result = self._maintain(txn, catalog, batch)
+            except CrrError:
+                raise
+            except Exception as e:
+                if not type(e).__module__.startswith("pyspark"):
+                    raise
+                raise TypeMismatchError(f"insert_many into {rel.name}: Spark could not store the rows "
+                                        f"({str(e).splitlines()[0]}); nothing was written") from None
             return None, catalog, result.changed
         self._run(work)
-        return frame.count()
+        return given if given is not None else frame.count()
 
-    def _frame(self, rel: Relation, rows: Any) -> DataFrame:
+    def _frame(self, rel: Relation, rows: Any) -> tuple[DataFrame, int | None]:
+        """The rows as a DataFrame of the relation's AUG columns, and how many there are (None for a
+        DataFrame given, whose rows are not counted before they are written)."""
         names = rel.column_names
+        count: int | None = None
         if isinstance(rows, DataFrame):
             given = [fold_identifier(c) for c in rows.columns]
             frame = rows
@@ -373,9 +389,14 @@ class SparkSite:
                 if any(len(r) != len(names) for r in rows):
                     raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values "
                                    f"({', '.join(names)})")
-                data = pa.table({f"g{i}": pa.array(list(col)) for i, col in enumerate(zip(*rows))}) if rows else \
-                    pa.table({f"g{i}": pa.nulls(0) for i in range(len(names))})
+                try:
+                    data = pa.table({f"g{i}": pa.array(list(col)) for i, col in enumerate(zip(*rows))}) if rows \
+                        else pa.table({f"g{i}": pa.nulls(0) for i in range(len(names))})
+                except (pa.ArrowException, TypeError, ValueError) as e:
+                    raise TypeMismatchError(f"insert_many into {rel.name}: the values of a column do not share "
+                                            f"one type ({e}); nothing was written") from None
             given = [fold_identifier(c) for c in data.column_names]
+            count = data.num_rows
             data = data.rename_columns([f"g{i}" for i in range(len(given))])
             frame = self.spark.createDataFrame(data) if data.num_rows else None
         if sorted(given) == sorted(names):
@@ -385,17 +406,19 @@ class SparkSite:
         else:
             raise SqlError(f"insert_many into {rel.name}: got columns {given}, expected {names}")
         if frame is None:
-            return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}" for a in rel.aug_columns))
+            return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
+                                                            for a in rel.aug_columns)), 0
         src = frame.columns
         return frame.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
-                                  for c, a in zip(rel.columns, rel.aug_columns)])
+                                  for c, a in zip(rel.columns, rel.aug_columns)]), count
 
     # -- replication ----------------------------------------------------------------------------------
-    def merge(self, changeset: Changeset | bytes) -> SparkResult:
+    def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> SparkResult:
         """Merge a changeset (or its bytes) from any site: atomic, idempotent and commutative.
 
         Relations this site does not hold are ignored; a schema mismatch or a forged value refuses the
-        whole changeset (ChangesetError) and changes nothing.
+        whole changeset (ChangesetError) and changes nothing. With ``track=True`` the changeset's source
+        cursor is recorded per (source site, relation) in the same commit (see :meth:`peer_cursor`).
         """
         self._check_open()
         cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
@@ -416,7 +439,20 @@ class SparkSite:
             with spark_errors():
                 result = self._maintain(txn, catalog, batch_of(self.spark, catalog, cs, held))
             return result, catalog, result.changed or bool(grown)
-        return self._run(work, catalog)
+        if track:
+            for rc in cs.relations:
+                peer = self._cursors.setdefault(cs.source, {})
+                peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
+        try:
+            return self._run(work, catalog)
+        except BaseException:
+            self._cursors = json.loads(json.dumps(self._store.meta.get("cursors", {})))  # as committed
+            raise
+
+    def peer_cursor(self, peer: str, relation: str) -> int:
+        """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
+        self._check_open()
+        return int(self._cursors.get(peer, {}).get(fold_identifier(relation), 0))
 
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
         """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations

@@ -173,13 +173,15 @@ class Transaction:
             return rel, self.store.spark.createDataFrame([], schema), 0
         return rel, self.store.spark.read.schema(schema).parquet(path), rows
 
-    def append(self, key: str, df) -> tuple[Any, int]:
+    def append(self, key: str, df, compact=None) -> tuple[Any, int]:
         """Write ``df``'s rows as a new part of ``key``; return the part read back and its row count.
 
-        An empty part is not kept. A table past :data:`MAX_PARTS` parts is compacted into one first.
+        An empty part is not kept. A table past :data:`MAX_PARTS` parts is compacted into one first:
+        its rows, or ``compact(rows)`` when given (a table of versions keeps only the current ones).
         """
         if len(self.tables[key]["parts"]) >= MAX_PARTS:
-            self.replace(key, self.read(key))
+            rows = self.read(key)
+            self.replace(key, compact(rows) if compact is not None else rows)
         rel, part, rows = self._write(key, df)
         if rows:
             self.tables[key]["parts"].append(rel)

@@ -6,6 +6,7 @@ Every relation's user columns are named positionally (``c0, c1, ...``) as on Duc
 * ``cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, seq)``. Append-only: a transaction
   appends the entries that grew, holding the merged maxima, so an id's current entry is the maximum
   over its rows (:func:`current_cl`) and its newest row carries the ``seq`` it last changed at.
+  Compaction (every 16 parts) keeps only the current entries.
 * ``t:<r>`` -- a replicated table's AUG tuples ``(id, cols..., seq)``.
 * ``m:<r>`` -- derivations of a view, remote table or remote source ``(vid, ids, cols..., seq)``:
   one row per monomial, ``ids`` its sorted id list.
@@ -22,6 +23,7 @@ from crr.spark.encoding import quote, spark_type
 
 CL = "cl"
 CL_SCHEMA = "id BINARY, rel STRING, cl INT, kh BINARY, stamp BINARY, seq BIGINT"
+CL_COLUMNS = ["id", "rel", "cl", "kh", "stamp", "seq"]
 
 
 def tuples_key(rel: Relation) -> str:
