@@ -31,7 +31,7 @@ from typing import Callable
 import duckdb
 from sqlglot import exp
 
-from crr.errors import SqlError, UnsupportedSqlError
+from crr.errors import SqlError
 from crr.types import quote_ident
 from crr.sql.statements import DIALECT
 from crr.sql.validate import NON_DETERMINISTIC, function_name, refuse

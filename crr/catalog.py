@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
+from crr.errors import CatalogError
 from crr.types import Column, quote_ident
 from crr.sql.compile import ViewPlan
 from crr.sql.statements import RelationKind
@@ -194,6 +195,61 @@ class Catalog(Mapping[str, Relation]):
     def views(self) -> list[str]:
         """The materialized views, in creation order (an input is always created before its views)."""
         return [n for n, r in self._relations.items() if r.kind is RelationKind.VIEW]
+
+    # -- rules both backends apply -------------------------------------------------------------------
+    def sources_to_store(self, plan: ViewPlan) -> list[Relation]:
+        """The remote sources a new view joins that keep nothing yet, as they are once they keep their
+        tuples (a join reads an input's whole state); CatalogError for a source that already received
+        data without keeping it (a new view over it could not be filled)."""
+        joined = {o.relation for b in plan.branches if len(b.occurrences) > 1 for o in b.occurrences}
+        out = []
+        for name in plan.inputs:
+            source = self._relations[name]
+            if source.kind is not RelationKind.SOURCE or source.stored:
+                continue
+            if source.lineage:
+                raise CatalogError(
+                    f"remote source {name} has already received data without keeping its tuples, so a new view "
+                    f"over it cannot be filled; create views over a source before merging into it, or declare "
+                    f"{name} as CREATE REMOTE TABLE")
+            if name in joined:
+                out.append(dataclasses.replace(source, stored=True))
+        return out
+
+    def check_drop(self, rel: Relation, kind: RelationKind | None, plain: str) -> None:
+        """Refuse (CatalogError) a DROP that names the wrong kind of relation, or one a view reads.
+        ``kind``: the kind the statement names (None for a plain DROP TABLE / VIEW, ``plain``)."""
+        wanted = {"table": (RelationKind.REPLICATED, RelationKind.REMOTE, RelationKind.SOURCE),
+                  "view": (RelationKind.VIEW,)}.get(plain, (kind,))
+        if rel.kind not in wanted:
+            text = KIND_TEXT[rel.kind]
+            raise CatalogError(f"{rel.name} is a {text}; use DROP {text.upper()} {rel.name}")
+        users = [v.name for v in self._relations.values() if v.plan is not None and rel.name in v.plan.inputs]
+        if users:
+            raise CatalogError(f"cannot drop {rel.name}: view(s) {', '.join(users)} read it; drop them first")
+
+    def names_to_send(self, relations: list[str] | None) -> list[str]:
+        """The relations ``changes()`` covers: those named (folded), or every one a changeset can carry
+        (not remote sources, whose tuples this site does not keep, nor aggregate views, computed
+        wherever they are declared); CatalogError for a named one that cannot be sent."""
+        if relations is None:
+            return [n for n, r in self._relations.items() if r.kind is not RelationKind.SOURCE and r.aggregate is None]
+        for n in relations:
+            rel = self._relations.get(n)
+            if rel is None:
+                raise CatalogError(f"no relation named {n} at this site")
+            if rel.aggregate is not None:
+                raise CatalogError(f"{n} is an aggregate view: its rows are never replicated; declare the same "
+                                   "aggregate over a remote copy of its input at the other site")
+            if rel.kind is RelationKind.SOURCE:
+                raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
+                                   "get its changes from the sites that hold it")
+        return list(relations)
+
+
+KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
+             RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}
+"""How messages name each kind of relation."""
 
 
 def aug_name(position: int) -> str:

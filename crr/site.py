@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
-from crr.catalog import (CATALOG_DDL, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
+from crr.catalog import (CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
@@ -368,7 +368,7 @@ class Site:
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1, aggregate=spec)
-        to_store = [dataclasses.replace(source, stored=True) for source in self._sources_to_store(plan)]
+        to_store = self._rels.sources_to_store(plan)
         with self._transaction():
             for source in to_store:
                 for ddl in aug_ddl(source):
@@ -382,27 +382,6 @@ class Site:
             self._populate(rel)
             self._save_counters()
         return []
-
-    def _sources_to_store(self, plan) -> list[Relation]:
-        """The remote sources a new view needs kept that are not kept yet (refusing those that already got data).
-
-        A join reads its inputs' whole state, so a source a view joins must keep its tuples; a view
-        created after a source received data cannot be filled from it unless the source kept them.
-        """
-        joined = {o.relation for b in plan.branches if len(b.occurrences) > 1 for o in b.occurrences}
-        out = []
-        for name in plan.inputs:
-            source = self._rels[name]
-            if source.stored:
-                continue
-            if source.lineage:
-                raise CatalogError(
-                    f"remote source {name} has already received data without keeping its tuples, so a new view "
-                    f"over it cannot be filled; create views over a source before merging into it, or declare "
-                    f"{name} as CREATE REMOTE TABLE")
-            if name in joined:
-                out.append(source)
-        return out
 
     def _maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
@@ -430,14 +409,7 @@ class Site:
             if stmt.if_exists:
                 return []
             raise CatalogError(f"no {self._kind_text(stmt.kind)} named {stmt.name} at this site")
-        wanted = {"table": (RelationKind.REPLICATED, RelationKind.REMOTE, RelationKind.SOURCE),
-                  "view": (RelationKind.VIEW,)}.get(stmt.plain, (stmt.kind,))
-        if rel.kind not in wanted:
-            raise CatalogError(f"{stmt.name} is a {self._kind_text(rel.kind)}; "
-                               f"use DROP {self._kind_text(rel.kind).upper()} {stmt.name}")
-        users = [v.name for v in self._rels.values() if v.plan is not None and stmt.name in v.plan.inputs]
-        if users:
-            raise CatalogError(f"cannot drop {stmt.name}: view(s) {', '.join(users)} read it; drop them first")
+        self._rels.check_drop(rel, stmt.kind, stmt.plain)
         with self._transaction():
             for ddl in drop_ddl(rel):
                 self._con.execute(ddl)
@@ -454,10 +426,8 @@ class Site:
         return []
 
     @staticmethod
-    def _kind_text(kind: str | None) -> str:
-        return {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
-                RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}.get(
-            kind or "", "relation")
+    def _kind_text(kind: RelationKind | None) -> str:
+        return KIND_TEXT.get(kind, "relation") if kind is not None else "relation"
 
     def _writable(self, name: str) -> Relation:
         rel = self._rels.get(name)
@@ -616,17 +586,8 @@ class Site:
         """
         self._check_open()
         since = since or 0
-        names = ([fold_identifier(r) for r in relations] if relations is not None else
-                 [n for n, r in self._rels.items() if r.kind is not RelationKind.SOURCE])
-        if relations is None:  # an aggregate view's rows are computed wherever it is declared
-            names = [n for n in names if self._rels[n].aggregate is None]
-        for n in names:
-            if self.relation(n).aggregate is not None:
-                raise CatalogError(f"{n} is an aggregate view: its rows are never replicated; declare the same "
-                                   "aggregate over a remote copy of its input at the other site")
-            if self.relation(n).kind is RelationKind.SOURCE:
-                raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
-                                   "get its changes from the sites that hold it")
+        named = [self.relation(r).name for r in relations] if relations is not None else None
+        names = self._rels.names_to_send(named)
         with self._transaction():
             cursor = self._seq
             out, cl = collect_changes(self._con, self._rels, names, since)

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.catalog import Catalog, Relation, relation_from_row, relation_row
+from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
 from crr.changeset import Changeset
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
@@ -61,10 +61,6 @@ def spark_errors() -> Iterator[None]:
                                  .rstrip("'\".")) from None
         raise ChangesetError(f"the changeset could not be merged ({text.splitlines()[0]}); nothing was changed") \
             from None
-
-
-_KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "remote table",
-              RelationKind.SOURCE: "remote source", RelationKind.VIEW: "materialized view"}
 
 
 class SparkSite:
@@ -285,7 +281,7 @@ class SparkSite:
             type_family(c.type)
             spark_type(c.type)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan)
-        to_store = self._sources_to_store(plan)
+        to_store = self._catalog.sources_to_store(plan)
 
         def work(txn: Transaction, catalog: Catalog):
             for key, schema in relation_tables(rel).items():
@@ -301,38 +297,13 @@ class SparkSite:
         self._type_table(rel)
         return []
 
-    def _sources_to_store(self, plan) -> list[Relation]:
-        """The remote sources a new view joins that keep nothing yet, now to keep their derivations (a
-        join reads an input's whole state); refused for a source that already received data."""
-        joined = {o.relation for b in plan.branches if len(b.occurrences) > 1 for o in b.occurrences}
-        out = []
-        for name in plan.inputs:
-            source = self._catalog[name]
-            if source.kind is not RelationKind.SOURCE or source.stored:
-                continue
-            if source.lineage:
-                raise CatalogError(
-                    f"remote source {name} has already received data without keeping its tuples, so a new view "
-                    f"over it cannot be filled; create views over a source before merging into it, or declare "
-                    f"{name} as CREATE REMOTE TABLE")
-            if name in joined:
-                out.append(dataclasses.replace(source, stored=True))
-        return out
-
     def _drop(self, stmt: Drop) -> list[tuple]:
         rel = self._catalog.get(stmt.name)
         if rel is None:
             if stmt.if_exists:
                 return []
             raise CatalogError(f"no relation named {stmt.name} at this site")
-        wanted = {"table": (RelationKind.REPLICATED, RelationKind.REMOTE, RelationKind.SOURCE),
-                  "view": (RelationKind.VIEW,)}.get(stmt.plain, (stmt.kind,))
-        if rel.kind not in wanted:
-            kind = _KIND_TEXT[rel.kind]
-            raise CatalogError(f"{stmt.name} is a {kind}; use DROP {kind.upper()} {stmt.name}")
-        users = [v.name for v in self._catalog.values() if v.plan is not None and stmt.name in v.plan.inputs]
-        if users:
-            raise CatalogError(f"cannot drop {stmt.name}: view(s) {', '.join(users)} read it; drop them first")
+        self._catalog.check_drop(rel, stmt.kind, stmt.plain)
 
         def work(txn: Transaction, catalog: Catalog):
             for key in relation_tables(rel):
@@ -352,7 +323,7 @@ class SparkSite:
         self._check_open()
         rel = self.relation(table)
         if not rel.is_base:
-            raise ReadOnlyRelationError(f"{rel.name} is a {_KIND_TEXT[rel.kind]}; only replicated tables are "
+            raise ReadOnlyRelationError(f"{rel.name} is a {KIND_TEXT[rel.kind]}; only replicated tables are "
                                         "written here (its rows come from merges)")
         frame, given = self._frame(rel, rows)
         if given == 0:
@@ -459,12 +430,8 @@ class SparkSite:
         (default: every relation but remote sources), as a changeset any site can merge."""
         self._check_open()
         since = since or 0
-        names = ([fold_identifier(r) for r in relations] if relations is not None else
-                 [n for n, r in self._catalog.items() if r.kind is not RelationKind.SOURCE])
-        for n in names:
-            if self.relation(n).kind is RelationKind.SOURCE:
-                raise CatalogError(f"{n} is a remote source: this site keeps no copy of it to send; "
-                                   "get its changes from the sites that hold it")
+        names = self._catalog.names_to_send([self.relation(r).name for r in relations]
+                                            if relations is not None else None)
         out, cl = collect_changes(self._store.read, self._catalog, names, since)
         return Changeset(source=self.site_id, since=since, cursor=self._seq, relations=out, cl=cl)
 
