@@ -35,6 +35,7 @@ from enum import Enum
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
@@ -194,6 +195,8 @@ class Maintainer:
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
+        self.flips_arrow: pa.Table | None = None  # a merge's flips as Arrow (id, rel, vis), when it has them
+        self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
         self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
@@ -305,6 +308,7 @@ class Maintainer:
         if written.num_rows == 0:
             return
         self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', written)})"
+        self.flips_arrow = written
         self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
                              set(written.column("rel").unique().to_pylist()))
 
@@ -346,6 +350,7 @@ class Maintainer:
             RETURNING id, {cols_sql(rel)}""").to_arrow_table()
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
+            self.added_arrow[rel.name] = added
             self.counts(rel.name).new_tuples += added.num_rows
 
     # 3. derived tuples received directly ----------------------------------------------------------
@@ -583,9 +588,25 @@ class Maintainer:
             else:
                 visible = f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis"
             counts.inserted += apply_app_changes(self.con, rel, visible, AppPatch.INSERT)[0]
-        if flipped:
+        if flipped and not self._flips_all_added(rel.name):
             older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {new} n ON n.id = f.id)"
             ins, dele = patch_app(self.con, rel, f"SELECT {cols_sql(rel, 't')}, f.vis AS keep "
                                                  f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
             counts.inserted += ins
             counts.deleted += dele
+
+    def _flips_all_added(self, relation: str) -> bool:
+        """Whether every id of ``relation`` whose entry this merge wrote is a tuple the merge added to
+        the table (then none of them can be in the APP table yet, and the MERGE matching flipped
+        known tuples has nothing to do: a merge of new rows skips it). Decided on the Arrow results
+        of the merge's own statements; False when they are not at hand."""
+        added = self.added_arrow.get(relation)
+        if self.flips_arrow is None or added is None:
+            return False
+        flips = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation))
+        if flips.num_rows > added.num_rows:
+            return False
+        ids = flips.column("id").combine_chunks()
+        known = added.column("id").combine_chunks()
+        ids, known = getattr(ids, "storage", ids), getattr(known, "storage", known)  # uhugeint: 16 bytes
+        return bool(pc.all(pc.is_in(ids, value_set=known)).as_py() is not False)
