@@ -46,7 +46,10 @@ from crr.causal import cl_merge_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
-MID_SQL = "list_reduce(ids, lambda a, b: xor(a, b))"
+def mid_sql(ids: str) -> str:
+    """SQL of a monomial's id: the XOR of its tuple ids (``ids``: a qualified UHUGEINT[] column).
+    Order-free, so a monomial has one id whatever order its ids were listed in."""
+    return f"list_reduce({ids}, lambda a, b: xor(a, b))"
 
 
 class AppPatch(Enum):
@@ -361,7 +364,7 @@ class Maintainer:
             cand = f"SELECT vid, vid AS mid, [vid] AS ids, {cols_sql(rel)} FROM {tuples}"
             width: tuple[int, int] | None = (1, 1)
         else:
-            cand = f"""SELECT m.vid, {MID_SQL.replace('ids', 'm.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
+            cand = f"""SELECT m.vid, {mid_sql('m.ids')} AS mid, m.ids, {cols_sql(rel, 't')}
                        FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {monos}) m
                        JOIN (SELECT DISTINCT ON (vid) * FROM {tuples}) t ON t.vid = m.vid"""
             width = None
@@ -403,7 +406,7 @@ class Maintainer:
             queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
             union = " UNION ALL ".join(f"({q})" for q in queries)
             cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
-                              {MID_SQL.replace('ids', f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
+                              {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
             single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
             cached = self.sql_cache[key] = (cand, single_base)

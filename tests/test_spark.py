@@ -477,3 +477,66 @@ def test_compaction_keeps_each_ids_current_entry(spark, tmp_path, monkeypatch):
 
 def aug_cl(site: crr.Site) -> list[tuple]:
     return site.execute("SELECT id, rel, cl FROM _crr.cl ORDER BY id")
+
+
+def _shape(site: SparkSite) -> dict:
+    return site._store.meta["shape"]
+
+
+def test_state_shape_picks_cheaper_membership_plans_and_grows_with_the_state(spark, tmp_path):
+    """A Spark site records whether any causal-length entry is keyed and which received relations hold
+    a monomial of several ids; views stay equal to a DuckDB site's while the shape grows (a narrow
+    source turning wide, unkeyed entries joined by keyed ones), after a reopen, and for a site whose
+    manifest predates the shape (read conservatively)."""
+    edge = crr.Site(site_id="edge")
+    edge.execute("CREATE REPLICATED TABLE r (a INTEGER, b INTEGER)")
+    edge.execute("CREATE REPLICATED TABLE s (b INTEGER, c INTEGER)")
+    edge.execute("CREATE MATERIALIZED VIEW u AS SELECT a AS x FROM r WHERE b < 35 UNION SELECT r.a FROM r JOIN s ON r.b = s.b")
+    duck, site = crr.Site(site_id="duck"), SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for s in (duck, site):
+        s.execute("CREATE REMOTE SOURCE u (x INTEGER)")
+        s.execute("CREATE MATERIALIZED VIEW big AS SELECT x FROM u WHERE x > 1")
+    assert _shape(site) == {"keyed": False, "wide": []}
+    edge.execute("INSERT INTO r VALUES (1, 10), (2, 20), (3, 30)")
+    cursor = edge.cursor
+    for s in (duck, site):
+        s.merge(edge.changes(relations=["u"]).to_bytes())
+    assert _shape(site) == {"keyed": False, "wide": []}  # each row of u derives from one tuple of r
+    assert _spark_rows(site, "big") == _duck(duck, "big") == [(2,), (3,)]
+    edge.execute("INSERT INTO s VALUES (20, 0), (40, 0)")  # (4, 40) derives from r JOIN s only: two ids
+    edge.execute("DELETE FROM r WHERE a = 2")
+    edge.execute("INSERT INTO r VALUES (4, 40)")
+    for s in (duck, site):
+        s.merge(edge.changes(since=cursor, relations=["u"]).to_bytes())
+    assert _shape(site) == {"keyed": False, "wide": ["u"]}
+    assert _spark_rows(site, "big") == _duck(duck, "big") == [(3,), (4,)]
+    # a wide monomial dies with either of its ids: one losing its s tuple, one its r tuple
+    cursor = edge.cursor
+    edge.execute("INSERT INTO r VALUES (5, 50), (6, 60)")
+    edge.execute("INSERT INTO s VALUES (50, 0), (60, 0)")
+    for s in (duck, site):
+        s.merge(edge.changes(since=cursor, relations=["u"]).to_bytes())
+    assert _spark_rows(site, "big") == _duck(duck, "big") == [(3,), (4,), (5,), (6,)]
+    cursor = edge.cursor
+    edge.execute("DELETE FROM s WHERE b IN (40, 50)")
+    edge.execute("DELETE FROM r WHERE a = 6")
+    for s in (duck, site):
+        s.merge(edge.changes(since=cursor, relations=["u"]).to_bytes())
+    assert _spark_rows(site, "big") == _duck(duck, "big") == [(3,)]
+    keyed = crr.Site(site_id="keyed")
+    for s in (keyed, duck, site):
+        s.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR)")
+    keyed.execute("INSERT INTO k VALUES (1, 'one'), (2, 'two')")
+    keyed.execute("UPDATE k SET v = 'ONE' WHERE id = 1")
+    for s in (duck, site):
+        s.merge(keyed.changes().to_bytes())
+    assert _shape(site) == {"keyed": True, "wide": ["u"]}
+    assert _spark_rows(site, "k") == _duck(duck, "k") == [(1, "ONE"), (2, "two")]
+    site.close()
+    reopened = SparkSite(spark, str(tmp_path / "site"))
+    assert _shape(reopened) == {"keyed": True, "wide": ["u"]}
+    # a manifest written before the shape was kept: every received relation counts as wide, entries as keyed
+    from crr.spark.tables import StateShape
+    legacy = {k: v for k, v in reopened._store.meta.items() if k != "shape"}
+    assert StateShape.from_meta(legacy, ["u"]) == StateShape(keyed=True, wide=frozenset({"u"}))
+    reopened.close()

@@ -111,6 +111,8 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
                          names=["vid", "ids"]), schema="vid BINARY, ids ARRAY<BINARY>")
             batch.derived[rel.name] = (monos.select("vid", F.array_sort(F.array_distinct("ids")).alias("ids"))
                                        .join(frame.dropDuplicates(["vid"]), "vid"))
+            if rc.monos.num_rows and (pc.max(pc.list_value_length(rc.monos.column("ids"))).as_py() or 0) > 1:
+                batch.wide.add(rel.name)
     if cs.cl is not None and cs.cl.num_rows:
         interest: set[str] = set()
         for name in catalog:  # the catalog holds the lineage the changeset grew
@@ -119,6 +121,7 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
         if rels:
             batch.cl = entries_frame(spark, cs.cl).where(F.col("rel").isin(sorted(rels)))
             batch.cl_relations = rels
+            batch.cl_keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
     return batch
 
 

@@ -33,8 +33,8 @@ from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
 from crr.spark.store import Transaction
-from crr.spark.tables import (CL, CL_COLUMNS, app_key, aug_cols, base_app, current_cl, derived_app, monos_key, tuples_key,
-                              visibility)
+from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, aug_cols, base_app, current_cl, derived_app,
+                              monos_key, tuples_key, visibility)
 
 _names = itertools.count()
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
@@ -52,6 +52,8 @@ class SparkBatch:
     cl_relations: set[str] = field(default_factory=set)  # the relations ``cl``'s entries may name
     base: dict[str, DataFrame] = field(default_factory=dict)
     derived: dict[str, DataFrame] = field(default_factory=dict)
+    cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
+    wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
 
 
 @dataclass
@@ -86,6 +88,8 @@ class SparkMaintainer:
 
     def __init__(self, spark: SparkSession, txn: Transaction, catalog: Catalog, seq: int) -> None:
         self.spark, self.txn, self.rels, self.seq = spark, txn, catalog, seq
+        received = [n for n, r in catalog.items() if r.kind in (RelationKind.REMOTE, RelationKind.SOURCE)]
+        self.shape = StateShape.from_meta(txn.meta, received)  # as committed; grown by apply()
         self.result = SparkResult()
         self.delta: dict[str, DataFrame] = {}  # relation -> its new AUG rows (tuples or derivations)
         self.flipped: set[str] = set()  # base relations some of whose entries grew
@@ -106,6 +110,8 @@ class SparkMaintainer:
     # -- the steps ------------------------------------------------------------------------------------
     def apply(self, batch: SparkBatch, view_order: list[str]) -> SparkResult:
         """Apply a batch: steps 1-5 of the module docstring."""
+        self.shape = self.shape.grown(batch.cl is not None and batch.cl_keyed, batch.wide)
+        self.txn.meta["shape"] = self.shape.to_meta()  # committed with the batch
         if batch.cl is not None:
             self._merge_cl(batch.cl, batch.cl_relations)
         self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df) for name, df in batch.base.items()]
@@ -145,7 +151,8 @@ class SparkMaintainer:
             rel = self.rels[name]
             self.delta[name] = self.txn.read(tuples_key(rel) if rel.is_base else monos_key(rel))
         self._run_view(view)
-        self.txn.replace(app_key(view), derived_app(view, self.txn.read(monos_key(view)), self._visibility()))
+        self.txn.replace(app_key(view), derived_app(view, self.txn.read(monos_key(view)), self._visibility(),
+                                                    self.shape.narrow(view, self.rels)))
         self.result.refreshed.append(view.name)
         return self.result
 
@@ -227,7 +234,7 @@ class SparkMaintainer:
             self._add_derivations(view, cand)
 
     def _visibility(self) -> DataFrame:
-        return visibility(current_cl(self.txn.read(CL)))
+        return visibility(current_cl(self.txn.read(CL)), self.shape.keyed)
 
     def _refresh_app(self) -> None:
         """Recompute the APP table of every relation whose membership may have changed."""
@@ -246,7 +253,7 @@ class SparkMaintainer:
             if rel.is_base:
                 app = base_app(rel, self.txn.read(tuples_key(rel)), vis)
             else:
-                app = derived_app(rel, self.txn.read(monos_key(rel)), vis)
+                app = derived_app(rel, self.txn.read(monos_key(rel)), vis, self.shape.narrow(rel, self.rels))
             self.txn.replace(app_key(rel), app)
         try:
             self._parallel([lambda r=rel: refresh(r) for rel in todo])

@@ -37,7 +37,7 @@ from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import Store, Transaction
-from crr.spark.tables import CL, CL_SCHEMA, app_key, relation_tables, user_view
+from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
 from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier
@@ -76,7 +76,8 @@ class SparkSite:
         self._store = Store(spark, self.path)
         meta = self._store.meta
         if not meta:
-            meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "seq": 0, "hlc": 0, "relations": []}
+            meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "seq": 0, "hlc": 0, "relations": [],
+                    "shape": StateShape().to_meta()}
             txn = self._store.transaction()
             txn.meta = meta
             txn.create(CL, CL_SCHEMA)
@@ -140,7 +141,8 @@ class SparkSite:
     def _commit(self, txn: Transaction, catalog: Catalog, seq: int) -> None:
         txn.meta = {"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
                     "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())],
-                    "cursors": self._cursors}
+                    "cursors": self._cursors,
+                    **({"shape": txn.meta["shape"]} if "shape" in txn.meta else {})}  # as the batch left it
         txn.commit()
         self._catalog, self._seq = catalog, seq
 

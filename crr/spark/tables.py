@@ -16,6 +16,8 @@ Every relation's user columns are named positionally (``c0, c1, ...``) as on Duc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import DataFrame, functions as F
 
 from crr.catalog import Relation
@@ -73,16 +75,65 @@ def aug_cols(rel: Relation) -> list[str]:
     return [c.name for c in rel.aug_columns]
 
 
+@dataclass(frozen=True)
+class StateShape:
+    """What a site's stored state is known to hold, so that ``in?`` can take cheaper plans.
+
+    * ``keyed``: some causal-length entry carries a key hash (else visibility is plain parity and
+      needs no join with each key's newest stamp);
+    * ``wide``: the received relations (remote tables and sources) that may hold a monomial of more
+      than one id (a view's width follows from its plan, see :meth:`narrow`).
+
+    Both only grow, like the state they describe. They are kept in the manifest's metadata and
+    replaced when a transaction commits; a site written before they were kept reads as keyed, with
+    every received relation wide.
+    """
+
+    keyed: bool = False
+    wide: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_meta(cls, meta: dict, received: list[str]) -> "StateShape":
+        """The shape a manifest's metadata records (``received``: the site's remote relations, all
+        taken as wide when the metadata predates the shape)."""
+        shape = meta.get("shape")
+        if shape is None:
+            return cls(keyed=True, wide=frozenset(received))
+        return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]))
+
+    def to_meta(self) -> dict:
+        """The shape as manifest metadata."""
+        return {"keyed": self.keyed, "wide": sorted(self.wide)}
+
+    def grown(self, keyed: bool, wide: set[str]) -> "StateShape":
+        """The shape after storing entries (``keyed``: some carry key hashes) and derivations
+        (``wide``: relations that received a monomial of more than one id)."""
+        return StateShape(keyed=self.keyed or keyed, wide=self.wide | frozenset(wide))
+
+    def narrow(self, rel: Relation, rels: dict[str, Relation]) -> bool:
+        """Whether every monomial of derived relation ``rel`` has one id: a received relation that
+        never received a wider one, or a view whose every branch reads one narrow relation (or a
+        replicated table)."""
+        if rel.plan is None:
+            return rel.name not in self.wide
+        return all(len(b.occurrences) == 1 and (rels[b.occurrences[0].relation].is_base
+                                                or self.narrow(rels[b.occurrences[0].relation], rels))
+                   for b in rel.plan.branches)
+
+
 def current_cl(cl: DataFrame) -> DataFrame:
     """Each id's current entry ``(id, rel, kh, cl, stamp, seq)``: the maxima over its rows."""
     return cl.groupBy("id").agg(F.first("rel").alias("rel"), F.first("kh").alias("kh"), F.max("cl").alias("cl"),
                                 F.max("stamp").alias("stamp"), F.max("seq").alias("seq"))
 
 
-def visibility(current: DataFrame) -> DataFrame:
+def visibility(current: DataFrame, keyed: bool = True) -> DataFrame:
     """``(id, rel, vis)`` for every id (DESIGN 1.2): an unkeyed tuple is visible when its length is odd,
-    a keyed one when it is present and has its key's largest stamp among the present versions."""
+    a keyed one when it is present and has its key's largest stamp among the present versions.
+    ``keyed=False`` (no entry carries a key hash) skips the per-key comparison of stamps."""
     odd = F.col("cl") % 2 == 1
+    if not keyed:
+        return current.select("id", "rel", odd.alias("vis"))
     top = current.where(odd & F.col("kh").isNotNull()).groupBy("kh").agg(F.max("stamp").alias("top"))
     joined = current.join(top, "kh", "left")
     vis = odd & (F.col("kh").isNull() | (F.col("stamp") == F.col("top")))
@@ -95,9 +146,14 @@ def base_app(rel: Relation, tuples: DataFrame, vis: DataFrame) -> DataFrame:
     return tuples.join(visible, "id", "left_semi").select(F.col("id").alias("key"), *aug_cols(rel))
 
 
-def derived_app(rel: Relation, monos: DataFrame, vis: DataFrame) -> DataFrame:
+def derived_app(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool = False) -> DataFrame:
     """The APP rows of a view or remote table: tuples with a monomial whose ids are all visible
-    (``in?`` of DESIGN 1.3)."""
+    (``in?`` of DESIGN 1.3). ``narrow``: every monomial has one id, so a tuple is present when one
+    of its ids is visible (a semi-join, no grouping per monomial)."""
+    if narrow:
+        visible = vis.where("vis").select("id")
+        return (monos.select("vid", F.col("ids")[0].alias("id"), *aug_cols(rel)).join(visible, "id", "left_semi")
+                .dropDuplicates(["vid"]).select(F.col("vid").alias("key"), *aug_cols(rel)))
     ids = monos.select("vid", "ids", F.explode("ids").alias("id"))
     alive = (ids.join(vis.select("id", "vis"), "id", "left")
              .groupBy("vid", "ids").agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("alive"))
