@@ -14,7 +14,7 @@ import pytest
 
 import crr
 from crr.sync import control, crypto, handshake
-from crr.sync.protocol import MAX_CURSOR, PEER_MESSAGES, ProtocolError, check_message, frame
+from crr.sync.protocol import MAX_CURSOR, PEER_MESSAGES, ProtocolError, check_message
 from crr.sync.service import SyncService
 from tests.test_sync_service import SECRET, _site, rows, wait_for
 
