@@ -154,12 +154,16 @@ def derived_app(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool = 
         visible = vis.where("vis").select("id")
         return (monos.select("vid", F.col("ids")[0].alias("id"), *aug_cols(rel)).join(visible, "id", "left_semi")
                 .dropDuplicates(["vid"]).select(F.col("vid").alias("key"), *aug_cols(rel)))
-    ids = monos.select("vid", "ids", F.explode("ids").alias("id"))
+    # a monomial is alive when all its ids are visible; its tuple's values travel with it (every
+    # monomial of a tuple carries the same values: the tuple's id is their hash), so one grouping
+    # per monomial and one de-duplication per tuple decide membership
+    cols = aug_cols(rel)
+    ids = monos.select("vid", "ids", *cols, F.explode("ids").alias("id"))
     alive = (ids.join(vis.select("id", "vis"), "id", "left")
-             .groupBy("vid", "ids").agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("alive"))
-             .where("alive").select("vid").distinct())
-    values = monos.groupBy("vid").agg(*[F.first(c).alias(c) for c in aug_cols(rel)])
-    return values.join(alive, "vid", "left_semi").select(F.col("vid").alias("key"), *aug_cols(rel))
+             .groupBy("vid", "ids").agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("alive"),
+                                        *[F.first(c).alias(c) for c in cols])
+             .where("alive").dropDuplicates(["vid"]))
+    return alive.select(F.col("vid").alias("key"), *cols)
 
 
 def user_view(rel: Relation, app: DataFrame) -> DataFrame:
