@@ -612,4 +612,4 @@ class Maintainer:
         ids = flips.column("id").combine_chunks()
         known = added.column("id").combine_chunks()
         ids, known = getattr(ids, "storage", ids), getattr(known, "storage", known)  # uhugeint: 16 bytes
-        return bool(pc.all(pc.is_in(ids, value_set=known)).as_py() is not False)
+        return pc.all(pc.is_in(ids, value_set=known), min_count=0).as_py()

@@ -4,7 +4,7 @@ number of statements a write runs (the figures crr/point.py documents)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
@@ -171,14 +171,19 @@ class Counting:
         return getattr(self.con, name)
 
 
-def _count(site: crr.Site, sql: str, params: list) -> list[str]:
+def _statements(site: crr.Site, action: Callable[[], Any]) -> list[str]:
+    """The statements ``action`` runs on ``site``'s connection."""
     counting = Counting(site._con)
     site._con = counting  # type: ignore[assignment]
     try:
-        site.execute(sql, params)
+        action()
     finally:
         site._con = counting.con
     return counting.statements
+
+
+def _count(site: crr.Site, sql: str, params: list) -> list[str]:
+    return _statements(site, lambda: site.execute(sql, params))
 
 
 @pytest.mark.parametrize("schema", list(SCHEMA.values()), ids=list(SCHEMA))
@@ -245,13 +250,8 @@ def test_batch_merges_run_the_documented_statements(view: str, inserts: int, del
     site.merge(streams.inserts[0].changeset)  # the first batch creates what later ones reuse
     counted = {}
     for kind, batch in (("insert", streams.inserts[1]), ("delete", streams.deletes[0])):
-        counting = Counting(site._con)
-        site._con = counting  # type: ignore[assignment]
-        try:
-            site.merge(batch.changeset)
-        finally:
-            site._con = counting.con
-        counted[kind] = len([s for s in counting.statements if not s.startswith("DESCRIBE")])
+        statements = _statements(site, lambda: site.merge(batch.changeset))
+        counted[kind] = len([s for s in statements if not s.startswith("DESCRIBE")])
     assert counted == {"insert": inserts, "delete": deletes}
     base = crr.Site()
     base.execute("CREATE REMOTE TABLE r1 (a INTEGER, b INTEGER, c INTEGER, d INTEGER, e VARCHAR)")
@@ -264,13 +264,8 @@ def test_batch_merges_run_the_documented_statements(view: str, inserts: int, del
 
 def _app_merges(site: crr.Site, changeset: Any, table: str) -> int:
     """Merge ``changeset`` into ``site``; return how many statements MERGE INTO ``table``'s APP table."""
-    counting = Counting(site._con)
-    site._con = counting  # type: ignore[assignment]
-    try:
-        site.merge(changeset)
-    finally:
-        site._con = counting.con
-    return sum(1 for s in counting.statements if s.lstrip().startswith(f'MERGE INTO main."{table}"'))
+    statements = _statements(site, lambda: site.merge(changeset))
+    return sum(1 for s in statements if s.lstrip().startswith(f'MERGE INTO main."{table}"'))
 
 
 def test_a_merge_of_new_rows_skips_matching_known_rows_in_app(tmp_path) -> None:

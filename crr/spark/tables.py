@@ -16,6 +16,7 @@ Every relation's user columns are named positionally (``c0, c1, ...``) as on Duc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, functions as F
@@ -110,15 +111,14 @@ class StateShape:
         (``wide``: relations that received a monomial of more than one id)."""
         return StateShape(keyed=self.keyed or keyed, wide=self.wide | frozenset(wide))
 
-    def narrow(self, rel: Relation, rels: dict[str, Relation]) -> bool:
+    def narrow(self, rel: Relation, rels: Mapping[str, Relation]) -> bool:
         """Whether every monomial of derived relation ``rel`` has one id: a received relation that
         never received a wider one, or a view whose every branch reads one narrow relation (or a
         replicated table)."""
         if rel.plan is None:
             return rel.name not in self.wide
-        return all(len(b.occurrences) == 1 and (rels[b.occurrences[0].relation].is_base
-                                                or self.narrow(rels[b.occurrences[0].relation], rels))
-                   for b in rel.plan.branches)
+        inputs = [rels[b.occurrences[0].relation] if len(b.occurrences) == 1 else None for b in rel.plan.branches]
+        return all(r is not None and (r.is_base or self.narrow(r, rels)) for r in inputs)
 
 
 def current_cl(cl: DataFrame) -> DataFrame:
@@ -150,14 +150,14 @@ def derived_app(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool = 
     """The APP rows of a view or remote table: tuples with a monomial whose ids are all visible
     (``in?`` of DESIGN 1.3). ``narrow``: every monomial has one id, so a tuple is present when one
     of its ids is visible (a semi-join, no grouping per monomial)."""
+    cols = aug_cols(rel)
     if narrow:
         visible = vis.where("vis").select("id")
-        return (monos.select("vid", F.col("ids")[0].alias("id"), *aug_cols(rel)).join(visible, "id", "left_semi")
-                .dropDuplicates(["vid"]).select(F.col("vid").alias("key"), *aug_cols(rel)))
+        return (monos.select("vid", F.col("ids")[0].alias("id"), *cols).join(visible, "id", "left_semi")
+                .dropDuplicates(["vid"]).select(F.col("vid").alias("key"), *cols))
     # a monomial is alive when all its ids are visible; its tuple's values travel with it (every
     # monomial of a tuple carries the same values: the tuple's id is their hash), so one grouping
     # per monomial and one de-duplication per tuple decide membership
-    cols = aug_cols(rel)
     ids = monos.select("vid", "ids", *cols, F.explode("ids").alias("id"))
     alive = (ids.join(vis.select("id", "vis"), "id", "left")
              .groupBy("vid", "ids").agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("alive"),
