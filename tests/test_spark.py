@@ -339,8 +339,8 @@ def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_pa
 
 
 def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, monkeypatch):
-    """A merge that fails after writing parts (here: the commit's fsync) leaves the committed state and
-    the catalog as they were; the same merge then succeeds; state survives a reopen."""
+    """A merge that fails after writing parts (here: the commit's fsync) leaves the committed state, the
+    catalog and the peer cursors as they were; the same merge then succeeds; state survives a reopen."""
     src = _base_site("src")
     src.insert_many("r", [(1, "a", 1.0), (2, "b", -1.0)])
     path = str(tmp_path / "site")
@@ -353,10 +353,11 @@ def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, mo
         raise OSError("disk full")
     monkeypatch.setattr(store, "_fsync_tree", broken)
     with pytest.raises(OSError, match="disk full"):
-        site.merge(src.changes().to_bytes())
+        site.merge(src.changes().to_bytes(), track=True)
     monkeypatch.undo()
     assert site.relation("r").lineage == frozenset()  # the grown lineage was not kept
     assert _spark_rows(site, "big") == [] and site.cursor == 0
+    assert site.peer_cursor("src", "r") == 0  # nor the tracked cursor
     site.merge(src.changes().to_bytes())
     assert _spark_rows(site, "big") == [(1, "a")]
     site.close()

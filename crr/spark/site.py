@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import uuid
 from typing import Any, Iterable, Iterator
 
@@ -87,7 +86,6 @@ class SparkSite:
                             "open it without site_id or with its own id")
         self.site_id: str = meta["site_id"]
         self._seq: int = int(meta["seq"])
-        self._cursors: dict[str, dict[str, int]] = json.loads(json.dumps(meta.get("cursors", {})))
         self._clock = HybridClock(self.site_id, int(meta["hlc"]))
         self._typer = duckdb.connect()  # types DDL and view queries; holds no data
         catalog = Catalog()
@@ -139,10 +137,10 @@ class SparkSite:
 
     # -- transactions --------------------------------------------------------------------------------
     def _commit(self, txn: Transaction, catalog: Catalog, seq: int) -> None:
-        txn.meta = {"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
-                    "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())],
-                    "cursors": self._cursors,
-                    **({"shape": txn.meta["shape"]} if "shape" in txn.meta else {})}  # as the batch left it
+        # txn.meta starts as a copy of the committed metadata; the work may have changed its "cursors"
+        # (a tracked merge) and "shape" (a batch), and the commit adds the catalog and counters.
+        txn.meta.update({"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
+                         "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())]})
         txn.commit()
         self._catalog, self._seq = catalog, seq
 
@@ -407,25 +405,21 @@ class SparkSite:
                 self._clock.observe(max(int.from_bytes(s, "little") for s in stamps if s is not None))
 
         def work(txn: Transaction, catalog: Catalog):
+            if track:  # recorded in this transaction's metadata: committed with the merge or not at all
+                peer = txn.meta.setdefault("cursors", {}).setdefault(cs.source, {})
+                for rc in cs.relations:
+                    peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
             if not held:
                 return SparkResult(), catalog, False
             with spark_errors():
                 result = self._maintain(txn, catalog, batch_of(self.spark, catalog, cs, held))
             return result, catalog, result.changed or bool(grown)
-        if track:
-            for rc in cs.relations:
-                peer = self._cursors.setdefault(cs.source, {})
-                peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
-        try:
-            return self._run(work, catalog)
-        except BaseException:
-            self._cursors = json.loads(json.dumps(self._store.meta.get("cursors", {})))  # as committed
-            raise
+        return self._run(work, catalog)
 
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._check_open()
-        return int(self._cursors.get(peer, {}).get(fold_identifier(relation), 0))
+        return int(self._store.meta.get("cursors", {}).get(peer, {}).get(fold_identifier(relation), 0))
 
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
         """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations
