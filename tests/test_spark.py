@@ -230,7 +230,9 @@ def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
         sp.merge(cs)
     expected = {name: _duck(duck, name) for name in READ}
     assert {name: _spark_rows(sp, name) for name in READ} == expected
-    assert all(expected[name] for name in ("r", "s", "join2", "src")), expected  # the scenario made rows
+    if seed == 1:  # CI's scenario makes rows in these (else the comparison above would prove little);
+        # another seed's random steps may leave one empty (seed 6 does), and its comparisons still hold
+        assert all(expected[name] for name in ("r", "s", "join2", "src")), expected
     assert _plain_views(duck, _duck(ts_copy, "ts")) == {name: expected[name] for name in VIEWS}
     # read-only Spark SQL over the APP relations
     assert _sorted(sp.execute("SELECT a, k FROM join2")) == _sorted((a, k) for a, k, _ in expected["join2"])
