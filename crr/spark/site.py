@@ -145,16 +145,17 @@ class SparkSite:
         self._catalog, self._seq = catalog, seq
 
     def _run(self, work, catalog: Catalog | None = None) -> Any:
-        """Run ``work(txn, catalog)`` in one transaction; it returns (result, catalog, changed)."""
+        """Run ``work(txn, catalog)`` in one transaction; it returns (result, catalog, changed).
+
+        A failed transaction may leave the hybrid clock ahead of the committed ``hlc``, as at a DuckDB
+        site: the clock only has to grow, and the stamps it issued were never committed."""
         txn = self._store.transaction()
-        clock = self._clock.last
         try:
             result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
             self._commit(txn, new_catalog, self._seq + 1 if changed else self._seq)
             return result
         except BaseException:
             txn.abort()
-            self._clock.last = clock
             raise
 
     def _maintain(self, txn: Transaction, catalog: Catalog, batch: SparkBatch) -> SparkResult:
