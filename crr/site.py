@@ -21,12 +21,12 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.point import PointResult, PointWrite, added_sql, flips_sql
-from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, temp_table
+from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult, changeset_errors,
                        grown_lineage, held_relations, plan_merge)
 from crr.types import Column, quote_ident, type_family
-from crr.writes import prepare_write
+from crr.writes import prepare_update, prepare_write
 from crr.sql import dml
 from crr.sql.compile import compile_view
 from crr.sql.statements import (CreateTable, CreateView, Dml, DmlKind, Drop, Other, RelationKind, classify,
@@ -468,12 +468,9 @@ class Site:
                 return [(point.count,)]
             if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None
-                ctas = f"CREATE OR REPLACE TEMP TABLE _crr_rows AS {rq.new}"
                 with _translated_errors():
-                    count = (self._con.execute(ctas, params) if params else self._con.execute(ctas)).fetchall()[0][0]
-                olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))
-                old = f"(SELECT {olds} FROM {temp_table('_crr_rows')})"
-                self._write(rel, old, temp_table("_crr_rows"))
+                    batch, count = prepare_update(self._con, rel, f"({rq.new})", self._clock, params)
+                self._apply(batch)
             elif stmt.kind is DmlKind.INSERT:
                 count = self._write(rel, None, f"({rq.new})", params)
             else:

@@ -102,6 +102,22 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     return batch, count
 
 
+def prepare_update(con: duckdb.DuckDBPyConnection, rel: Relation, rows: str, clock: HybridClock,
+                   params: list | dict | None = None) -> tuple[Batch, int]:
+    """The batch of an UPDATE whose rows ``rows`` (a FROM text) yields, each with its old values
+    (``o0, o1, ...``) beside its new ones (``c0, c1, ...``); return it with the rows updated.
+
+    The query runs once, into a temp table both sides are read from, so the rows removed are the
+    rows rewritten even when the statement is not deterministic (``WHERE random() < 0.5``). One statement more than
+    :func:`prepare_write` runs for a DELETE and an INSERT together.
+    """
+    count = _one(con, f"CREATE OR REPLACE TEMP TABLE _crr_wrows AS SELECT * FROM {rows} w", params)[0]
+    olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))
+    batch, _ = prepare_write(con, rel, f"(SELECT {olds} FROM {temp_table('_crr_wrows')})",
+                             temp_table("_crr_wrows"), clock)
+    return batch, count
+
+
 def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: bool) -> int | None:
     """Check NOT NULL and key rules for the rows in ``_crr_wnew`` (one query); return the largest
     stamp this site knows for their keys (None if unkeyed or none)."""

@@ -297,3 +297,20 @@ def test_a_merge_of_new_rows_skips_matching_known_rows_in_app(tmp_path) -> None:
     both = dataclasses.replace(second, cl=pa.concat_tables([first.cl, second.cl]))
     assert _app_merges(dst, both, "t") == 1  # the earlier tuple's entry flips it: matched in APP
     assert app(dst, "t") == app(src, "t") == [(1, "a"), (3, "c"), (4, "d"), (5, "e")]
+
+
+def test_a_large_update_with_random_values_replicates_the_values_it_wrote() -> None:
+    """A batch-path UPDATE evaluates its rows once: the rows it removes are the rows it rewrites (two
+    evaluations of a random WHERE would pick different rows), and the APP rows, the AUG tuples and
+    what a replica receives hold the same values."""
+    n = point.POINT_ROWS + 136
+    site, replica = crr.Site(site_id="a"), crr.Site(site_id="b")
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, x DOUBLE)")
+    replica.execute("CREATE REMOTE TABLE t (k INTEGER, x DOUBLE, PRIMARY KEY (k))")
+    site.insert_many("t", [(i, 0.0) for i in range(n)])
+    [(updated,)] = site.execute("UPDATE t SET x = 1 + random() WHERE random() < 0.5")
+    replica.merge(site.changes().to_bytes())
+    rows = site.execute("SELECT * FROM t ORDER BY k")
+    assert [k for k, _ in rows] == list(range(n))  # every key still has exactly one row
+    assert 0 < updated < n and sum(x >= 1 for _, x in rows) == updated
+    assert replica.execute("SELECT * FROM t ORDER BY k") == rows
