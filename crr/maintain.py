@@ -46,6 +46,7 @@ from crr.causal import cl_merge_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
+
 def mid_sql(ids: str) -> str:
     """SQL of a monomial's id: the XOR of its tuple ids (``ids``: a qualified UHUGEINT[] column).
     Order-free, so a monomial has one id whatever order its ids were listed in."""

@@ -108,8 +108,8 @@ def prepare_update(con: duckdb.DuckDBPyConnection, rel: Relation, rows: str, clo
     (``o0, o1, ...``) beside its new ones (``c0, c1, ...``); return it with the rows updated.
 
     The query runs once, into a temp table both sides are read from, so the rows removed are the
-    rows rewritten even when the statement is not deterministic (``WHERE random() < 0.5``). One statement more than
-    :func:`prepare_write` runs for a DELETE and an INSERT together.
+    rows rewritten even when the statement is not deterministic (``WHERE random() < 0.5``). That
+    temp table is one statement more than :func:`prepare_write` runs for the old and new rows.
     """
     count = _one(con, f"CREATE OR REPLACE TEMP TABLE _crr_wrows AS SELECT * FROM {rows} w", params)[0]
     olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))

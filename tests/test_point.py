@@ -299,7 +299,7 @@ def test_a_merge_of_new_rows_skips_matching_known_rows_in_app(tmp_path) -> None:
     assert app(dst, "t") == app(src, "t") == [(1, "a"), (3, "c"), (4, "d"), (5, "e")]
 
 
-def test_a_large_update_with_random_values_replicates_the_values_it_wrote() -> None:
+def test_a_large_update_with_a_random_where_rewrites_exactly_the_rows_it_removes() -> None:
     """A batch-path UPDATE evaluates its rows once: the rows it removes are the rows it rewrites (two
     evaluations of a random WHERE would pick different rows), and the APP rows, the AUG tuples and
     what a replica receives hold the same values."""
