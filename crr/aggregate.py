@@ -31,6 +31,7 @@ from typing import Callable
 import duckdb
 from sqlglot import exp
 
+from crr.arrow_result import arrow_rows
 from crr.errors import SqlError
 from crr.types import quote_ident
 from crr.sql.statements import DIALECT
@@ -467,7 +468,7 @@ def maintain(con: duckdb.DuckDBPyConnection, spec: AggregateSpec, delta: str,
     Statements: the state MERGE; per COUNT(DISTINCT) term its MERGE and recount; the MIN/MAX re-read
     when an extreme left; the APP DELETE and INSERT of the groups touched.
     """
-    touched = con.sql(state_merge_sql(spec, delta)).to_arrow_table()
+    touched = arrow_rows(con, state_merge_sql(spec, delta))
     if touched.num_rows == 0:
         return
     view = register(f"_crr_groups_{spec.name}", touched)

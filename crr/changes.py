@@ -16,6 +16,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from crr.arrow_result import arrow_rows
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, RelationChanges
 from crr.maintain import cols_sql
@@ -56,13 +57,13 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
         rel_lineage = catalog.lineage(name)
         lineage |= rel_lineage
         if rel.is_base:
-            tuples = con.sql(base_tuples_sql(rel, since)).to_arrow_table()
+            tuples = arrow_rows(con, base_tuples_sql(rel, since))
             monos = None
         else:
-            monos = con.sql(monomials_sql(rel, since)).to_arrow_table()
-            tuples = con.sql(derived_tuples_sql(rel, since)).to_arrow_table()
+            monos = arrow_rows(con, monomials_sql(rel, since))
+            tuples = arrow_rows(con, derived_tuples_sql(rel, since))
         out.append(RelationChanges(
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
             columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
-    return out, con.sql(cl_entries_sql(lineage, since)).to_arrow_table()
+    return out, arrow_rows(con, cl_entries_sql(lineage, since))

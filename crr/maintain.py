@@ -40,6 +40,7 @@ import sqlglot
 from sqlglot import exp
 
 from crr import aggregate
+from crr.arrow_result import arrow_rows
 from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.causal import cl_merge_sql
@@ -155,7 +156,7 @@ def patch_members_returning(con: duckdb.DuckDBPyConnection, rel: Relation, chang
     """:func:`patch_app` returning the rows it changed: the relation's columns (as its members
     table names them) and ``sign`` (1: the row entered, -1: it left)."""
     returning = f"{app_cols_sql(rel)}, CASE WHEN merge_action = 'DELETE' THEN -1 ELSE 1 END AS sign"
-    return con.sql(members_merge_sql(rel, changes_sql, returning)).to_arrow_table()
+    return arrow_rows(con, members_merge_sql(rel, changes_sql, returning))
 
 
 def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str, mode: AppPatch) -> tuple[int, int]:
@@ -307,7 +308,7 @@ class Maintainer:
         if batch.cl_changes is not None:  # a local write: exact growing entries with old_vis
             self._write_local_cl(batch)
             return
-        written = self.con.sql(cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed)).to_arrow_table()
+        written = arrow_rows(self.con, cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed))
         self.result.cl_changed = written.num_rows
         if written.num_rows == 0:
             return
@@ -348,10 +349,10 @@ class Maintainer:
             self.counts(rel.name).new_tuples += n
             return
         # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
-        added = self.con.sql(f"""INSERT INTO {rel.aug('t')}
+        added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('t')}
             SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq} FROM {table} n
             ANTI JOIN {rel.aug('t')} t ON t.id = n.id
-            RETURNING id, {cols_sql(rel)}""").to_arrow_table()
+            RETURNING id, {cols_sql(rel)}""")
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
             self.added_arrow[rel.name] = added
@@ -467,10 +468,10 @@ class Maintainer:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING; the rows it
         returns are registered (as Arrow) as the relation's delta for the views over it."""
         # con.sql runs the INSERT at once and keeps its result (an execute() result would be copied)
-        added = self.con.sql(f"""INSERT INTO {rel.aug('m')}
+        added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
             SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c
             ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid
-            RETURNING vid, mid, ids, {cols_sql(rel)}""").to_arrow_table()
+            RETURNING vid, mid, ids, {cols_sql(rel)}""")
         if added.num_rows == 0:
             return
         view = f"{name}_arrow"
