@@ -16,19 +16,21 @@ def cl_delta_sql(entries: str, keyed: bool | None, unkeyed: bool | None) -> str:
     """The entries of ``_crr.cl`` a merge changes: those that grow (max of ``cl`` and of ``stamp``)
     and the other versions of their keys whose visibility flips.
 
-    ``entries`` is a FROM text of ``(id, rel, cl, kh, stamp)``, possibly several rows per id.
+    ``entries`` is a FROM text of ``(id, rel, cl, kh, stamp)`` with at most one row per id, as
+    :func:`crr.merge.cl_check_sql` reads them: a changeset's validation refuses repeated ids, and
+    its join with key hashes recomputed from values can repeat an entry only for an id that tuples of
+    two keyed relations share, whose key hashes differ (a key hash includes its relation's name), so
+    the key-hash check fails the merge. Grouping the entries by id here cost about a fifth of the
+    statement at 100k entries.
     ``keyed`` / ``unkeyed``: whether some entries carry key hashes / carry none (False skips that
     part; None: unknown). Columns: id, rel, kh, cl, stamp, old_vis, vis, grew. An id's relation and
-    key hash never change, so entries disagreeing with each other or with what this site stored
-    for the id are forged (the check sits in a column every later step reads, so it always runs).
+    key hash never change, so entries disagreeing with what this site stored for the id are
+    forged (the check sits in a column every later step reads, so it always runs).
     """
-    n = f"""(SELECT n.id, n.rel, CASE WHEN n.mixed OR (c.id IS NOT NULL AND (c.rel <> n.rel OR c.kh IS DISTINCT FROM n.kh))
+    n = f"""(SELECT n.id, n.rel, CASE WHEN (c.id IS NOT NULL AND (c.rel <> n.rel OR c.kh IS DISTINCT FROM n.kh))
                               THEN {FORGED_ENTRIES} ELSE n.kh END AS kh, n.cl, n.stamp,
                     c.id IS NOT NULL AS known, c.cl AS old_cl, c.stamp AS old_stamp, c.vis AS old_vis
-             FROM (SELECT id, min(rel) AS rel, min(kh) AS kh, max(cl) AS cl, max(coalesce(stamp, 0::UHUGEINT)) AS stamp,
-                          min(rel) <> max(rel) OR min(kh) IS DISTINCT FROM max(kh)
-                              OR (count(kh) > 0 AND count(kh) < count(*)) AS mixed
-                   FROM {entries} GROUP BY id) n
+             FROM (SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp FROM {entries}) n
              LEFT JOIN _crr.cl c ON c.id = n.id)"""
     ctes, parts = [f"n AS {n}"], []
     if unkeyed is not False:

@@ -77,6 +77,26 @@ def test_forged_key_hash_of_a_known_id_is_refused():
     assert state(b) == before
 
 
+def test_a_tuple_id_shared_by_two_keyed_relations_is_refused():
+    # the merge reads one causal-length entry per id (crr.causal); joining the entries with key
+    # hashes recomputed from two relations' tuples that share an id would repeat that entry
+    a, b = keyed_pair()
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE u (k INT PRIMARY KEY, v VARCHAR)")
+    a.execute("INSERT INTO t VALUES (5, 'same')")
+    a.execute("INSERT INTO u VALUES (5, 'same')")
+    cs = a.changes(since=b.peer_cursor("a", "t"))
+    t_changes, u_changes = sorted(cs.relations, key=lambda rc: rc.name)
+    u_changes.tuples = t_changes.tuples  # u claims t's tuples, ids included
+    cs.cl = edit(cs.cl, "SELECT * FROM x WHERE rel = 't'")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="key hash of a tuple of t does not match"):
+        b.merge(cs)
+    assert state(b) == before
+    b.merge(a.changes())  # the honest changeset still merges
+    assert app(b, "u") == app(a, "u")
+
+
 def test_keyed_entries_without_key_hash_are_refused():
     a, b = keyed_pair()
     cs = a.changes()
