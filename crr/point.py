@@ -16,7 +16,9 @@ UPDATE of one row         rows, lookup, cl update, cl insert, tuples insert, app
 ========================  ======================================================================
 
 (An UPDATE that rewrites a version the site already knows, or several rows, may use one more
-or one fewer.) Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
+or one fewer.) An INSERT ... VALUES whose values are all ``?`` parameters (or NULL) of the common
+types skips the rows statement: Python writes their texts (:func:`param_texts`), so such an INSERT
+of a new row runs 4. Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
 equal to the SQL computation, which would cost more to plan than the whole lookup costs to run.
 Values travel between the statements as DuckDB's own text form of each value
 (:func:`crr.types.value_text_sql`, cast back by :func:`crr.types.text_value_sql`), which is exact
@@ -28,6 +30,7 @@ before writing anything, and the caller takes the batch path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,8 +39,8 @@ import pyarrow as pa
 
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
-from crr.types import (key_hash_of_texts, quote_ident, quote_str, text_value_sql, tuple_id_of_texts,
-                       value_text_sql)
+from crr.types import (INT_RANGE, Column, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
+                       tuple_id_of_texts, value_text_sql)
 from crr.writes import key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
@@ -194,6 +197,49 @@ def app_update_sql(rel: Relation) -> str:
     return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
 
 
+def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ...], ...] | None,
+                params: list | dict | None) -> list[tuple[str | None, ...]] | None:
+    """The texts :data:`Statement.ROWS` would return for an INSERT of parameters into a table of
+    ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None when some value's text is
+    not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in its integer column's range
+    and a ``bool`` for BOOLEAN are taken (other values and types run the statement, which also
+    refuses what DuckDB cannot cast)."""
+    if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
+        return None
+    rows = []
+    for at in params_at:
+        row = []
+        for col, i in zip(columns, at):
+            text = None if i is None else _param_text(col.type, params[i])
+            if text is _NOT_SIMPLE:
+                return None
+            row.append(text)
+        rows.append(tuple(row))
+    return rows
+
+
+_NOT_SIMPLE = object()
+
+
+def _param_text(duckdb_type: str, value: object) -> object:
+    """DuckDB's text of ``value`` cast to ``duckdb_type`` (:func:`crr.types.value_text_sql`), None
+    for NULL, or ``_NOT_SIMPLE``."""
+    if value is None:
+        return None
+    t = duckdb_type.upper().strip()
+    if type(value) is str and t == "VARCHAR":
+        try:
+            value.encode("utf-8")  # DuckDB refuses lone surrogates
+        except UnicodeEncodeError:
+            return _NOT_SIMPLE
+        return value
+    if type(value) is int and t in INT_RANGE and INT_RANGE[t][0] <= value <= INT_RANGE[t][1]:
+        return str(value)
+    if type(value) is bool and t == "BOOLEAN":
+        return "true" if value else "false"
+    return _NOT_SIMPLE
+
+
 # -- the write ------------------------------------------------------------------------------------
 
 class PointWrite:
@@ -206,14 +252,15 @@ class PointWrite:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
-              clock: HybridClock, seq: int) -> PointResult | None:
+              clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None) -> PointResult | None:
         """Apply a write whose rows ``source`` yields (see :func:`rows_sql`) to the table's own state.
 
-        Returns what it did, or None, having written nothing, when the statement writes more than
-        :data:`POINT_ROWS` rows. Relations deriving from the table are the caller's to maintain
-        from the result.
+        ``given``: the rows' texts when the caller has them already (:func:`param_texts`); then
+        ``source`` is not run. Returns what it did, or None, having written nothing, when the
+        statement writes more than :data:`POINT_ROWS` rows. Relations deriving from the table are
+        the caller's to maintain from the result.
         """
-        found = self._run(rows_sql(rel, source, old, new), params)
+        found = given if given is not None else self._run(rows_sql(rel, source, old, new), params)
         if len(found) > POINT_ROWS:
             return None
         width = len(rel.columns)

@@ -20,7 +20,7 @@ from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
-from crr.point import PointResult, PointWrite, added_sql, flips_sql
+from crr.point import PointResult, PointWrite, added_sql, flips_sql, param_texts
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult, changeset_errors,
@@ -456,10 +456,11 @@ class Site:
         with self._transaction():
             source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
             assert source is not None
+            given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
             with _translated_errors():
                 point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                                     new=stmt.kind is not DmlKind.DELETE, params=params,
-                                                    clock=self._clock, seq=self._seq + 1)
+                                                    clock=self._clock, seq=self._seq + 1, given=given)
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed and self._read_elsewhere(rel):
                     self._maintain_point(rel, point)

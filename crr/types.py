@@ -67,13 +67,14 @@ from typing import Any, Callable, Sequence
 
 from crr.errors import TypeMismatchError
 
-_INT_RANGE = {
+# the range of each integer type, by its canonical name
+INT_RANGE = {
     "TINYINT": (-2**7, 2**7 - 1), "SMALLINT": (-2**15, 2**15 - 1), "INTEGER": (-2**31, 2**31 - 1),
     "BIGINT": (-2**63, 2**63 - 1), "HUGEINT": (-2**127, 2**127 - 1),
     "UTINYINT": (0, 2**8 - 1), "USMALLINT": (0, 2**16 - 1), "UINTEGER": (0, 2**32 - 1),
     "UBIGINT": (0, 2**64 - 1), "UHUGEINT": (0, 2**128 - 1),
 }
-_INTEGER = set(_INT_RANGE)
+_INTEGER = set(INT_RANGE)
 _FLOAT = {"FLOAT", "DOUBLE"}
 _SIMPLE = {
     "VARCHAR": "string", "BOOLEAN": "boolean", "DATE": "date", "TIMESTAMP": "timestamp",
@@ -280,7 +281,7 @@ def _time_parts(match: re.Match) -> tuple[int, int, int, int]:
 def _enc_integer(value: Any, t: str) -> str:
     if not isinstance(value, int):
         raise _refuse(value, t, "expected an int")
-    lo, hi = _INT_RANGE[t]
+    lo, hi = INT_RANGE[t]
     if not lo <= value <= hi:
         raise _refuse(value, t, f"out of range [{lo}, {hi}]")
     return "i" + str(int(value))

@@ -29,6 +29,10 @@ class RowQueries:
 
     old: str | None
     new: str | None
+    # an INSERT ... VALUES whose cells are all ``?`` parameters or NULL: per row, the position in the
+    # statement's parameters of each table column's value (None: NULL, or a column the INSERT does
+    # not name), so a caller may read the rows from the parameters without running ``new``
+    params_at: tuple[tuple[int | None, ...], ...] | None = None
 
 
 def _q(name: str) -> exp.Identifier:
@@ -83,7 +87,30 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
             value = exp.Null()
         projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
     query = exp.select(*projections).from_(subquery)
-    return RowQueries(old=None, new=query.sql(DIALECT))
+    return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols))
+
+
+def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tuple[tuple[int | None, ...], ...] | None:
+    """:attr:`RowQueries.params_at` of an INSERT, or None when some cell is not a ``?`` or NULL."""
+    values = tree.expression
+    if not isinstance(values, exp.Values):
+        return None
+    rows, next_param = [], 0
+    for row in values.expressions:
+        if not isinstance(row, exp.Tuple) or len(row.expressions) != len(target_cols):
+            return None
+        at: dict[str, int | None] = {}
+        for col, cell in zip(target_cols, row.expressions):
+            if isinstance(cell, exp.Placeholder) and cell.this is None:
+                at[col], next_param = next_param, next_param + 1
+            elif isinstance(cell, exp.Null):
+                at[col] = None
+            else:
+                return None
+        rows.append(tuple(at.get(name) for name in names))
+    if next_param != sum(1 for _ in tree.find_all(exp.Placeholder)):
+        return None  # a parameter outside the VALUES cells: positions would not line up
+    return tuple(rows)
 
 
 def _target(tree: exp.Expression) -> exp.Table:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import crr
 from crr import point
-from crr.types import Column, text_value_sql, tuple_encoding_sql, tuple_id_of_texts, tuple_id_sql, value_text_sql
+from crr.types import INT_RANGE, Column, text_value_sql, tuple_encoding_sql, tuple_id_of_texts, tuple_id_sql, value_text_sql
 from tests.conftest import app, aug
 from tests.test_values import SPECIAL, STRATEGIES
 
@@ -61,6 +61,35 @@ def test_id_from_text_equals_sql_id_hypothesis(type_: str) -> None:
         assert same
 
     check()
+
+
+PARAM_TYPES = [t for t in STRATEGIES if t in INT_RANGE or t in ("VARCHAR", "BOOLEAN")]
+
+
+@pytest.mark.parametrize("type_", PARAM_TYPES)
+def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: str) -> None:
+    """:func:`crr.point.param_texts` gives, for every value it takes, the text the rows statement
+    would give, and takes no value DuckDB refuses (those run the statement, which refuses them)."""
+    con = duckdb.connect()
+    taken = []
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.one_of(STRATEGIES[type_], st.integers(), st.booleans(), st.text(), st.none(), st.floats()))
+    def check(value: Any) -> None:
+        texts = point.param_texts([Column("x", type_)], ((0,),), [value])
+        try:
+            duck = con.execute(f"SELECT {value_text_sql('x', type_)} FROM (SELECT CAST($1 AS {type_}) AS x)",
+                               [value]).fetchall()
+        except (duckdb.Error, UnicodeError):
+            assert texts is None, value
+            return
+        if texts is not None:
+            taken.append(value)
+            assert texts == duck, value
+
+    check()
+    assert point.param_texts([Column("x", type_)], ((0,),), [None]) == [(None,)]
+    assert taken  # some values do take the Python path
 
 
 def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
@@ -192,6 +221,9 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     site.execute(f"CREATE REPLICATED TABLE t {schema}")
     site.execute("INSERT INTO t VALUES (0, 'a', 1)")
     assert len(_count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2.0])) == 5
+    # values Python writes as DuckDB's text (crr.point.param_texts): no rows statement
+    assert len(_count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])) == 4
+    site.execute("DELETE FROM t WHERE k = 2")
     assert len(_count(site, "UPDATE t SET v = ? WHERE k = ?", ["y", 1])) == 6
     assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 4
     # back from the dead: the tuple is known, so its entry is updated and no tuple is added
