@@ -62,10 +62,27 @@ import re
 import struct
 import uuid as _uuid
 from dataclasses import dataclass
+from enum import Enum
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any, Callable, Sequence
 
 from crr.errors import TypeMismatchError
+
+class TypeFamily(Enum):
+    """How a column type's values are encoded in tuple ids and carried as text (one per type family)."""
+
+    INTEGER = "integer"
+    DECIMAL = "decimal"
+    FLOAT = "float"
+    STRING = "string"
+    BOOLEAN = "boolean"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+    TIMESTAMPTZ = "timestamptz"
+    TIME = "time"
+    BLOB = "blob"
+    UUID = "uuid"
+
 
 # the range of each integer type, by its canonical name
 INT_RANGE = {
@@ -77,8 +94,9 @@ INT_RANGE = {
 _INTEGER = set(INT_RANGE)
 _FLOAT = {"FLOAT", "DOUBLE"}
 _SIMPLE = {
-    "VARCHAR": "string", "BOOLEAN": "boolean", "DATE": "date", "TIMESTAMP": "timestamp",
-    "TIMESTAMP WITH TIME ZONE": "timestamptz", "TIME": "time", "BLOB": "blob", "UUID": "uuid",
+    "VARCHAR": TypeFamily.STRING, "BOOLEAN": TypeFamily.BOOLEAN, "DATE": TypeFamily.DATE,
+    "TIMESTAMP": TypeFamily.TIMESTAMP, "TIMESTAMP WITH TIME ZONE": TypeFamily.TIMESTAMPTZ, "TIME": TypeFamily.TIME,
+    "BLOB": TypeFamily.BLOB, "UUID": TypeFamily.UUID,
 }
 _DECIMAL_RE = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 SUPPORTED_TYPES_TEXT = (
@@ -95,20 +113,20 @@ class Column:
     type: str
 
     @property
-    def family(self) -> str:
+    def family(self) -> TypeFamily:
         """The type family that decides the id encoding."""
         return type_family(self.type)
 
 
-def type_family(duckdb_type: str) -> str:
+def type_family(duckdb_type: str) -> TypeFamily:
     """Map a canonical DuckDB type name to its encoding family, or raise TypeMismatchError."""
     t = duckdb_type.upper().strip()
     if t in _INTEGER:
-        return "integer"
+        return TypeFamily.INTEGER
     if t in _FLOAT:
-        return "float"
+        return TypeFamily.FLOAT
     if _DECIMAL_RE.fullmatch(t):
-        return "decimal"
+        return TypeFamily.DECIMAL
     if t in _SIMPLE:
         return _SIMPLE[t]
     raise TypeMismatchError(
@@ -138,23 +156,26 @@ def quote_str(text: str) -> str:
 # Each template yields NULL for a NULL value (field_sql turns that into 'N'). Infinite timestamps make
 # epoch_us NULL, so they are spelled out by isinf before epoch_us is reached.
 _FIELD_SQL = {
-    "integer": "'i' || CAST({x} AS VARCHAR)",
-    "decimal": "'n' || CAST({x} AS VARCHAR)",
-    "float": "'f' || CASE WHEN isnan({x}) THEN 'nan' WHEN {x} = 0 THEN '0' ELSE CAST(CAST({x} AS DOUBLE) AS VARCHAR) END",
-    "string": "'s' || CAST(strlen({x}) AS VARCHAR) || ':' || {x}",
-    "boolean": "CASE WHEN {x} THEN 'b1' WHEN NOT {x} THEN 'b0' END",
-    "date": "'d' || CAST({x} AS VARCHAR)",
-    "timestamp": "'t' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) ELSE CAST(epoch_us({x}) AS VARCHAR) END",
-    "timestamptz": "'z' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) ELSE CAST(epoch_us({x}) AS VARCHAR) END",
-    "time": "'h' || CAST({x} AS VARCHAR)",
-    "blob": "'x' || hex({x})",
-    "uuid": "'u' || CAST({x} AS VARCHAR)",
+    TypeFamily.INTEGER: "'i' || CAST({x} AS VARCHAR)",
+    TypeFamily.DECIMAL: "'n' || CAST({x} AS VARCHAR)",
+    TypeFamily.FLOAT: ("'f' || CASE WHEN isnan({x}) THEN 'nan' WHEN {x} = 0 THEN '0' "
+                       "ELSE CAST(CAST({x} AS DOUBLE) AS VARCHAR) END"),
+    TypeFamily.STRING: "'s' || CAST(strlen({x}) AS VARCHAR) || ':' || {x}",
+    TypeFamily.BOOLEAN: "CASE WHEN {x} THEN 'b1' WHEN NOT {x} THEN 'b0' END",
+    TypeFamily.DATE: "'d' || CAST({x} AS VARCHAR)",
+    TypeFamily.TIMESTAMP: ("'t' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) "
+                           "ELSE CAST(epoch_us({x}) AS VARCHAR) END"),
+    TypeFamily.TIMESTAMPTZ: ("'z' || CASE WHEN isinf({x}) THEN CAST({x} AS VARCHAR) "
+                             "ELSE CAST(epoch_us({x}) AS VARCHAR) END"),
+    TypeFamily.TIME: "'h' || CAST({x} AS VARCHAR)",
+    TypeFamily.BLOB: "'x' || hex({x})",
+    TypeFamily.UUID: "'u' || CAST({x} AS VARCHAR)",
 }
 # DuckDB prints a DECIMAL(p,p) without its integer digit ('.500', '-.5'); put the 0 back.
 _DECIMAL_LEADING_ZERO_SQL = "'n' || regexp_replace(CAST({x} AS VARCHAR), '^(-?)[.]', '\\10.')"
 
 
-def field_sql(expr: str, family: str, duckdb_type: str | None = None) -> str:
+def field_sql(expr: str, family: TypeFamily, duckdb_type: str | None = None) -> str:
     """SQL text encoding one value (SQL expression ``expr``) of the given family, NULL -> 'N'.
 
     ``duckdb_type`` (the column's type) lets a DECIMAL(p,s) with p > s skip a regexp; without it the
@@ -163,7 +184,7 @@ def field_sql(expr: str, family: str, duckdb_type: str | None = None) -> str:
     if family not in _FIELD_SQL:  # pragma: no cover - type_family guards every caller
         raise TypeMismatchError(f"no encoding for type family {family}")
     template = _FIELD_SQL[family]
-    if family == "decimal":
+    if family is TypeFamily.DECIMAL:
         width, scale = _decimal_width_scale(duckdb_type) if duckdb_type is not None else (0, 0)
         if duckdb_type is None or width == scale:
             template = _DECIMAL_LEADING_ZERO_SQL
@@ -428,10 +449,11 @@ def _enc_uuid(value: Any, t: str) -> str:
     raise _refuse(value, t, "expected a uuid.UUID or 8-4-4-4-12 hex text")
 
 
-_FIELD_PY: dict[str, Callable[[Any, str], str]] = {
-    "integer": _enc_integer, "decimal": _enc_decimal, "float": _enc_float, "string": _enc_string,
-    "boolean": _enc_boolean, "date": _enc_date, "timestamp": _enc_timestamp, "timestamptz": _enc_timestamp,
-    "time": _enc_time, "blob": _enc_blob, "uuid": _enc_uuid,
+_FIELD_PY: dict[TypeFamily, Callable[[Any, str], str]] = {
+    TypeFamily.INTEGER: _enc_integer, TypeFamily.DECIMAL: _enc_decimal, TypeFamily.FLOAT: _enc_float,
+    TypeFamily.STRING: _enc_string, TypeFamily.BOOLEAN: _enc_boolean, TypeFamily.DATE: _enc_date,
+    TypeFamily.TIMESTAMP: _enc_timestamp, TypeFamily.TIMESTAMPTZ: _enc_timestamp, TypeFamily.TIME: _enc_time,
+    TypeFamily.BLOB: _enc_blob, TypeFamily.UUID: _enc_uuid,
 }
 
 
@@ -474,11 +496,11 @@ def key_hash(relation: str, key_columns: Sequence[Column], key_values: Sequence[
 def value_text_sql(expr: str, duckdb_type: str) -> str:
     """SQL text of a value as the point path carries it (NULL stays NULL)."""
     family = type_family(duckdb_type)
-    if family == "float":
+    if family is TypeFamily.FLOAT:
         return f"CAST(CAST({expr} AS DOUBLE) AS VARCHAR)"
-    if family == "blob":
+    if family is TypeFamily.BLOB:
         return f"hex({expr})"
-    if family == "timestamptz":  # its UTC wall clock: text in the session's zone may round the offset
+    if family is TypeFamily.TIMESTAMPTZ:  # its UTC wall clock: text in the session's zone may round the offset
         return f"CAST(timezone('UTC', {expr}) AS VARCHAR)"
     return f"CAST({expr} AS VARCHAR)"
 
@@ -486,9 +508,9 @@ def value_text_sql(expr: str, duckdb_type: str) -> str:
 def text_value_sql(param: str, duckdb_type: str) -> str:
     """SQL turning a carried text (:func:`value_text_sql`) back into the value of ``duckdb_type``."""
     family = type_family(duckdb_type)
-    if family == "blob":
+    if family is TypeFamily.BLOB:
         return f"unhex({param})"
-    if family == "timestamptz":
+    if family is TypeFamily.TIMESTAMPTZ:
         return f"timezone('UTC', CAST({param} AS TIMESTAMP))"
     return f"CAST({param} AS {duckdb_type})"
 
@@ -507,18 +529,18 @@ def _text_decimal(text: str) -> str:
     return "n" + text
 
 
-_FIELD_TEXT: dict[str, Callable[[str, str], str]] = {
-    "integer": lambda x, t: "i" + x,
-    "decimal": lambda x, t: _text_decimal(x),
-    "float": lambda x, t: _text_float(x),
-    "string": lambda x, t: f"s{len(x.encode('utf-8'))}:{x}",
-    "boolean": lambda x, t: "b1" if x == "true" else "b0",
-    "date": lambda x, t: "d" + x,
-    "timestamp": lambda x, t: _enc_timestamp(x, t),
-    "timestamptz": lambda x, t: "z" + _enc_timestamp(x, "TIMESTAMP")[1:],  # UTC wall clock
-    "time": lambda x, t: "h" + x,
-    "blob": lambda x, t: "x" + x,
-    "uuid": lambda x, t: "u" + x,
+_FIELD_TEXT: dict[TypeFamily, Callable[[str, str], str]] = {
+    TypeFamily.INTEGER: lambda x, t: "i" + x,
+    TypeFamily.DECIMAL: lambda x, t: _text_decimal(x),
+    TypeFamily.FLOAT: lambda x, t: _text_float(x),
+    TypeFamily.STRING: lambda x, t: f"s{len(x.encode('utf-8'))}:{x}",
+    TypeFamily.BOOLEAN: lambda x, t: "b1" if x == "true" else "b0",
+    TypeFamily.DATE: lambda x, t: "d" + x,
+    TypeFamily.TIMESTAMP: lambda x, t: _enc_timestamp(x, t),
+    TypeFamily.TIMESTAMPTZ: lambda x, t: "z" + _enc_timestamp(x, "TIMESTAMP")[1:],  # UTC wall clock
+    TypeFamily.TIME: lambda x, t: "h" + x,
+    TypeFamily.BLOB: lambda x, t: "x" + x,
+    TypeFamily.UUID: lambda x, t: "u" + x,
 }
 
 

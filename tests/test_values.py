@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from crr.errors import TypeMismatchError
 from crr.types import (
     Column, encode_field, field_sql, key_hash, key_hash_sql, tuple_encoding, tuple_encoding_sql, tuple_id,
-    tuple_id_sql, type_family,
+    TypeFamily, tuple_id_sql, type_family,
 )
 
 CON = duckdb.connect()
@@ -177,7 +177,7 @@ def test_float_encodes_like_the_double_it_widens_to() -> None:
 
 def test_decimal_field_sql_without_type_matches_with_type() -> None:
     for t, v in [("DECIMAL(3,3)", Decimal("-0.5")), ("DECIMAL(10,2)", Decimal("-0.5")), ("DECIMAL(38,38)", Decimal("1E-37"))]:
-        with_type, without = (CON.execute(f"SELECT {field_sql('x', 'decimal', ty)} FROM (SELECT CAST($1 AS {t}) AS x)",
+        with_type, without = (CON.execute(f"SELECT {field_sql('x', TypeFamily.DECIMAL, ty)} FROM (SELECT CAST($1 AS {t}) AS x)",
                                           [v]).fetchone()[0] for ty in (t, None))
         assert with_type == without == encode_field(v, t)
 
@@ -203,7 +203,8 @@ def test_value_count_and_type_are_checked() -> None:
         tuple_id("r", [Column("a", "INTEGER")], [1, 2])
     with pytest.raises(TypeMismatchError):
         tuple_id("r", [Column("a", "INTERVAL")], [None])
-    assert type_family("TIMESTAMP WITH TIME ZONE") == "timestamptz" and type_family("decimal(3, 3)") == "decimal"
+    assert type_family("TIMESTAMP WITH TIME ZONE") is TypeFamily.TIMESTAMPTZ
+    assert type_family("decimal(3, 3)") is TypeFamily.DECIMAL
 
 
 # -- property-based -----------------------------------------------------------------------------------

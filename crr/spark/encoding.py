@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from crr.changeset import UHUGEINT
 from crr.errors import TypeMismatchError
-from crr.types import Column, encode_field, type_family
+from crr.types import Column, TypeFamily, encode_field, type_family
 
 FLOAT_UDF = "crr_float_field"
 """Name of the Spark UDF encoding a DOUBLE or FLOAT value (registered by :func:`register_udfs`)."""
@@ -59,15 +59,16 @@ def literal(text: str) -> str:
 
 
 _FIELD = {
-    "integer": "concat('i', CAST({x} AS STRING))",
-    "decimal": "concat('n', CAST({x} AS STRING))",
-    "float": FLOAT_UDF + "({x})",
-    "string": "concat('s', CAST(octet_length({x}) AS STRING), ':', {x})",
-    "boolean": "CASE WHEN {x} THEN 'b1' WHEN NOT {x} THEN 'b0' END",
-    "date": "concat('d', CAST({x} AS STRING))",
-    "timestamp": "concat('t', CAST(timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {x}) AS STRING))",
-    "timestamptz": "concat('z', CAST(unix_micros({x}) AS STRING))",
-    "blob": "concat('x', hex({x}))",
+    TypeFamily.INTEGER: "concat('i', CAST({x} AS STRING))",
+    TypeFamily.DECIMAL: "concat('n', CAST({x} AS STRING))",
+    TypeFamily.FLOAT: FLOAT_UDF + "({x})",
+    TypeFamily.STRING: "concat('s', CAST(octet_length({x}) AS STRING), ':', {x})",
+    TypeFamily.BOOLEAN: "CASE WHEN {x} THEN 'b1' WHEN NOT {x} THEN 'b0' END",
+    TypeFamily.DATE: "concat('d', CAST({x} AS STRING))",
+    TypeFamily.TIMESTAMP: ("concat('t', CAST(timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {x}) "
+                           "AS STRING))"),
+    TypeFamily.TIMESTAMPTZ: "concat('z', CAST(unix_micros({x}) AS STRING))",
+    TypeFamily.BLOB: "concat('x', hex({x}))",
 }
 
 
