@@ -467,7 +467,6 @@ class Maintainer:
     def _insert_monomials(self, rel: Relation, name: str, source: str) -> None:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING; the rows it
         returns are registered (as Arrow) as the relation's delta for the views over it."""
-        # con.sql runs the INSERT at once and keeps its result (an execute() result would be copied)
         added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
             SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c
             ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid
