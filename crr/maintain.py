@@ -41,6 +41,7 @@ from sqlglot import exp
 
 from crr import aggregate
 from crr.arrow_result import arrow_rows
+from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.causal import cl_merge_sql
@@ -188,9 +189,10 @@ def view_errors(view: str) -> Iterator[None]:
 class Maintainer:
     """Runs one batch against a site's relations. One instance per transaction."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, relations: Mapping[str, Relation], seq: int,
-                 widths: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, slots: ArrowSlots, relations: Mapping[str, Relation],
+                 seq: int, widths: dict[str, tuple[int, int]]) -> None:
         self.con = con
+        self.slots = slots  # where the batch's Arrow results are read from (crr.arrow_slots)
         self.rels = dict(relations)  # this batch's view of the catalog (see _build_index)
         self.seq = seq
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
@@ -206,7 +208,7 @@ class Maintainer:
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
-        self._registered: list[str] = []  # Arrow results registered as views (unregistered by cleanup)
+        self._registered: list[str] = []  # slots holding this batch's Arrow results (released by cleanup)
         self.batch: Batch | None = None
 
     # -- helpers -------------------------------------------------------------------------------
@@ -238,10 +240,7 @@ class Maintainer:
             self.con.execute("; ".join(f"DROP TABLE IF EXISTS {temp_table(name)}" for name in self._temps))
         self._temps.clear()
         for view in self._registered:
-            try:
-                self.con.unregister(view)
-            except duckdb.Error:
-                pass  # an aborted transaction: the next batch registers the name anew; keep its error
+            self.slots.release(view)
         self._registered.clear()
 
     # -- the pipeline --------------------------------------------------------------------------
@@ -334,9 +333,8 @@ class Maintainer:
                              {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {dcl}").fetchall()})
 
     def _register(self, name: str, table: pa.Table) -> str:
-        """Register an Arrow table as a view for the rest of the batch; return its quoted name."""
-        view = f"{name}_arrow"
-        self.con.register(view, table)
+        """Put an Arrow table in a slot for the rest of the batch; return the slot's quoted name."""
+        view = self.slots.put(f"{name}_arrow", table)
         self._registered.append(view)
         return quote_ident(view)
 
@@ -473,13 +471,11 @@ class Maintainer:
             RETURNING vid, mid, ids, {cols_sql(rel)}""")
         if added.num_rows == 0:
             return
-        view = f"{name}_arrow"
-        self.con.register(view, added)
-        self._registered.append(view)
-        self.new_derived[rel.name] = quote_ident(view)
+        view = self._register(name, added)
+        self.new_derived[rel.name] = view
         self.counts(rel.name).new_monomials += added.num_rows
         if rel.indexed:
-            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {quote_ident(view)}")
+            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {view}")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""

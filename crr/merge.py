@@ -23,6 +23,7 @@ from typing import Iterator
 import duckdb
 import pyarrow as pa
 
+from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
@@ -170,15 +171,16 @@ class MergeInputs:
     site's merges, so a stream of like changesets needs no DESCRIBE each time).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, accepted: dict[tuple, pa.Schema]) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, slots: ArrowSlots, accepted: dict[tuple, pa.Schema]) -> None:
         self.con = con
+        self.slots = slots
         self.accepted = accepted
         self.names: list[str] = []
 
     def register(self, name: str, table: pa.Table, expected: list[tuple[str, str]], what: str) -> str:
-        """Register an Arrow table as a view after checking its column names and types; return the view."""
-        view = f"{name}_arrow"
-        self.con.register(view, table)
+        """Put an Arrow table in a slot (:mod:`crr.arrow_slots`) after checking its column names and
+        types; return the slot's name."""
+        view = self.slots.put(f"{name}_arrow", table)
         self.names.append(view)
         key = tuple(expected)
         if not table.schema.equals(self.accepted.get(key, pa.schema([]))):
@@ -197,12 +199,12 @@ class MergeInputs:
         return temp_table(name)
 
     def close(self, drop_tables: bool) -> None:
-        """Unregister the Arrow views; drop the temp tables too if ``drop_tables`` (a large merge's:
+        """Release the Arrow slots; drop the temp tables too if ``drop_tables`` (a large merge's:
         a small merge's are replaced by the next one)."""
         for name in self.names:
             try:
                 if name.endswith("_arrow"):
-                    self.con.unregister(name)
+                    self.slots.release(name)
                 elif drop_tables:
                     self.con.execute(f"DROP TABLE IF EXISTS {temp_table(name)}")
             except duckdb.Error:

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
+from crr.arrow_slots import ArrowSlots
 from crr.catalog import (CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
                          relation_from_row, relation_row)
 from crr.changeset import Changeset, check_duckdb_values
@@ -54,7 +55,7 @@ def _translated_errors() -> Iterator[None]:
         raise CrrError(f"DuckDB error: {str(e).strip()}") from None
 
 
-POINT_TABLE = "_crr_point_arrow"  # the registered flips and rows of a point write (crr.point)
+POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
 
 
 class Site:
@@ -74,6 +75,7 @@ class Site:
         except duckdb.Error as e:
             raise SiteError(f"cannot open site database {self.path}: {e}") from None
         self._con.execute("SET arrow_lossless_conversion = true")
+        self._slots = ArrowSlots(self._con)  # where statements read Arrow tables (registered once each)
         self._catalog = Catalog()  # the committed catalog snapshot
         self._staged: Catalog | None = None  # the snapshot the open transaction will commit, if it changes it
         self._widths: dict[str, tuple[int, int]] = {}
@@ -218,10 +220,12 @@ class Site:
         try:
             yield
             self._con.commit()
+            self._slots.committed()
             if self._staged is not None:
                 self._catalog = self._staged
         except BaseException:
             self._con.rollback()
+            self._slots.rolled_back()
             self._widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
             raise
         finally:
@@ -385,7 +389,7 @@ class Site:
 
     def _maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
-        m = Maintainer(self._con, self._rels, self._seq + 1, self._widths)
+        m = Maintainer(self._con, self._slots, self._rels, self._seq + 1, self._widths)
         m.lineage = {name: set(lin) for name in self._rels if (lin := self._rels.lineage(name))}
         m.sql_cache = self._delta_sql
         return m
@@ -480,8 +484,8 @@ class Site:
 
     def _maintain_point(self, rel: Relation, point: PointResult) -> None:
         """Maintain the relations deriving from ``rel`` after a point write changed it. Its flips and
-        added rows are read from one registered Arrow table."""
-        self._con.register(POINT_TABLE, point.as_arrow(rel))
+        added rows are read from one Arrow slot."""
+        self._slots.put(POINT_TABLE, point.as_arrow(rel))
         try:
             batch = Batch(cl_relation=rel.name, cl_changes=len(point.flips), local_write=True,
                           applied_flips=flips_sql(rel, POINT_TABLE))
@@ -489,10 +493,7 @@ class Site:
                 batch.base[rel.name] = added_sql(rel, POINT_TABLE)
             self._apply(batch, changed=True)
         finally:
-            try:
-                self._con.unregister(POINT_TABLE)
-            except duckdb.Error:
-                pass  # an aborted transaction (its error is on its way): the next write registers anew
+            self._slots.release(POINT_TABLE)
 
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
@@ -535,11 +536,11 @@ class Site:
         data = data.rename_columns([f"g{i}" for i in range(len(given))])
         casts = ", ".join(f"CAST(g{pick[c.name]} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
         with self._transaction():
-            self._con.register("_crr_bulk", data)
+            bulk = self._slots.put("_crr_bulk", data)
             try:
-                batch, _ = self._prepare(rel, None, f"(SELECT {casts} FROM _crr_bulk)")
+                batch, _ = self._prepare(rel, None, f"(SELECT {casts} FROM {bulk})")
             finally:
-                self._con.unregister("_crr_bulk")
+                self._slots.release(bulk)
             self._apply(batch)
         return data.num_rows
 
@@ -603,7 +604,7 @@ class Site:
         # bytes are validated as they are decoded; an object built in Python is validated here
         cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
         held, ignored = held_relations(self._rels, cs)
-        inputs = MergeInputs(self._con, self._accepted)
+        inputs = MergeInputs(self._con, self._slots, self._accepted)
         try:
             with self._transaction(), changeset_errors():
                 grown = grown_lineage(held)

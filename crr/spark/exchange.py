@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, functions as F
 
+from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
@@ -74,7 +75,7 @@ def check_changeset(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Change
     """Check every value of a changeset that could be forged, with the DuckDB site's own checks
     (:func:`crr.merge.plan_merge`), on the driver where the changeset already is (``con``: a scratch
     in-memory connection). Raises ChangesetError; reads no site state."""
-    inputs = MergeInputs(con, {})
+    inputs = MergeInputs(con, ArrowSlots(con), {})
     try:
         with changeset_errors():
             batch = plan_merge(con, catalog, cs, held, inputs, max_clock_skew)
