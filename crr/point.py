@@ -39,8 +39,8 @@ import pyarrow as pa
 
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
-from crr.types import (INT_RANGE, Column, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
-                       tuple_id_of_texts, value_text_sql)
+from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
+                       tuple_id_of_texts, type_family, value_text_sql)
 from crr.writes import key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
@@ -226,16 +226,17 @@ def _param_text(duckdb_type: str, value: object) -> object:
     for NULL, or ``_NOT_SIMPLE``."""
     if value is None:
         return None
-    t = duckdb_type.upper().strip()
-    if type(value) is str and t == "VARCHAR":
+    family = type_family(duckdb_type)
+    if type(value) is str and family is TypeFamily.STRING:
         try:
             value.encode("utf-8")  # DuckDB refuses lone surrogates
         except UnicodeEncodeError:
             return _NOT_SIMPLE
         return value
-    if type(value) is int and t in INT_RANGE and INT_RANGE[t][0] <= value <= INT_RANGE[t][1]:
-        return str(value)
-    if type(value) is bool and t == "BOOLEAN":
+    if type(value) is int and family is TypeFamily.INTEGER:
+        lo, hi = INT_RANGE[duckdb_type.upper().strip()]
+        return str(value) if lo <= value <= hi else _NOT_SIMPLE
+    if type(value) is bool and family is TypeFamily.BOOLEAN:
         return "true" if value else "false"
     return _NOT_SIMPLE
 
