@@ -79,6 +79,10 @@ class Batch:
     # rows itself: FROM text of (id, rel, vis) of the ids whose visibility flipped; only the
     # relations deriving from the table remain to maintain
     applied_flips: str | None = None
+    # the same flips as Arrow (id, rel, vis), and the ids of the rows the write added that the table
+    # did not hold before (the evidence crr.maintain needs to append to views without re-evaluating)
+    applied_flips_arrow: pa.Table | None = None
+    applied_fresh: pa.Array | None = None
     # relation -> (SQL of exact APP changes (cols, keep), which kinds of change occur)
     app_changes: dict[str, tuple[str, AppPatch]] = field(default_factory=dict)
 
@@ -204,6 +208,7 @@ class Maintainer:
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
         self.flips_arrow: pa.Table | None = None  # a merge's flips as Arrow (id, rel, vis), when it has them
         self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
+        self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
         self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
@@ -291,6 +296,9 @@ class Maintainer:
         self.result.cl_changed = batch.cl_changes or 0
         if batch.cl_changes:
             self.flips, self.flipped_rels = batch.applied_flips, {batch.cl_relation}
+            self.flips_arrow = batch.applied_flips_arrow
+        if batch.applied_fresh is not None:
+            self.added_arrow[batch.cl_relation] = pa.table({"id": batch.applied_fresh})
         self.new_base.update(batch.base)
 
     # 1. causal lengths and visibility ------------------------------------------------------------
@@ -456,6 +464,7 @@ class Maintainer:
             if n == 0:
                 return
         self.new_derived[rel.name] = temp_table(name)
+        self.new_arrow.pop(rel.name, None)
         counts = self.counts(rel.name)
         counts.new_monomials += n
         self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
@@ -473,6 +482,7 @@ class Maintainer:
             return
         view = self._register(name, added)
         self.new_derived[rel.name] = view
+        self.new_arrow[rel.name] = added
         self.counts(rel.name).new_monomials += added.num_rows
         if rel.indexed:
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {view}")
@@ -533,6 +543,9 @@ class Maintainer:
                 dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {self.flips} f ON f.id = m.mid")
         if not dirty:
             return
+        if rel.aggregate is None and self._only_new_monomials_change(rel):
+            self._insert_alive_new(rel)
+            return
         d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
         values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
         if rel.indexed:  # a monomial is alive when all its ids are visible
@@ -557,6 +570,90 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele
+
+    def _only_new_monomials_change(self, view: Relation) -> bool:
+        """Whether this batch can only add tuples to ``view``, and only tuples of its new monomials.
+
+        True when the view absorbed nothing and no monomial it held before this batch holds an id
+        whose entry the batch wrote: then no old monomial changed its value, ``in?`` can only turn
+        true, and only through a new monomial. Decided on the Arrow results of the batch's own
+        statements (no statement runs), per base relation ``L`` of the view's lineage with written
+        entries:
+
+        * ``L`` reaches the view through one stored input only, ``L``'s own replica (the replicated
+          table, or a remote table or source of it; views between count as paths), so every
+          monomial of the view holding an id of ``L`` was derived from that replica's tuple of the
+          id, when the tuple first arrived there;
+        * every written id of ``L`` is a tuple this batch brought first: a tuple it added to the
+          replica, or, when each of the view's monomials holds one id (a width-1 monomial is derived
+          from its one tuple only), an id of one of the view's new monomials.
+        """
+        if view.plan is None or view.name in self.absorbed:
+            return False
+        new = self.new_arrow.get(view.name)
+        if new is None and view.name in self.new_derived:
+            return False  # new monomials, but not as Arrow (a temp table of a large or absorbing batch)
+        touched = self.flipped_rels & self.lineage.get(view.name, set())
+        if not touched:
+            return True
+        if self.flips_arrow is None:
+            return False
+        width_one = self._plan_width(view) == (1, 1)
+        for relation in touched:
+            if self._stored_inputs_holding(view, relation) != {relation}:
+                return False
+            fresh = []  # ids of tuples this batch brought first
+            if relation in self.added_arrow:  # a replicated table's added tuples
+                fresh.append(_storage(self.added_arrow[relation].column("id")))
+            elif relation in self.new_arrow:  # a stored remote table's or source's new tuples
+                fresh.append(_storage(self.new_arrow[relation].column("mid")))
+            if width_one and new is not None:
+                fresh.append(_storage(new.column("mid")))
+            written = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation)).column("id")
+            if not fresh or not pc.all(pc.is_in(_storage(written), value_set=pa.concat_arrays(fresh)),
+                                       min_count=0).as_py():
+                return False
+        return True
+
+    def _stored_inputs_holding(self, view: Relation, relation: str) -> set[str]:
+        """The non-view relations among ``view``'s inputs, and its input views' inputs, whose lineage
+        holds the base relation ``relation``."""
+        assert view.plan is not None
+        out: set[str] = set()
+        for name in view.plan.inputs:
+            rel = self.rels[name]
+            if rel.plan is not None:
+                out |= self._stored_inputs_holding(rel, relation)
+            elif relation in self.lineage.get(name, set()):
+                out.add(name)
+        return out
+
+    def _insert_alive_new(self, view: Relation) -> None:
+        """Append to the APP table the tuples of the view's new monomials that are alive (every id
+        visible) and not present yet: the whole membership change of a batch that can only add
+        tuples (see :meth:`_only_new_monomials_change`). When every id of those monomials had its
+        entry written by this batch, their visibility comes from the Arrow the causal-length MERGE
+        returned and the statement reads only the APP table; otherwise it looks the ids up in
+        ``_crr.cl``."""
+        new = self.new_arrow.get(view.name)
+        if new is None:
+            return  # no new monomials: nothing changes
+        alive = _alive_by(new, self.flips_arrow) if self.flips_arrow is not None else None
+        if alive is not None:
+            rows = new.filter(alive).select(["vid"] + [c.name for c in view.aug_columns])
+            if rows.num_rows == 0:
+                return
+            present = f"SELECT * FROM {self._register(f'_crr_alive_{view.name}', rows)}"
+        else:
+            values = ", ".join(f"any_value(n.{c.name}) AS {c.name}" for c in view.aug_columns)
+            present = f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
+                                                       FROM {self.new_derived[view.name]}) n
+                          LEFT JOIN _crr.cl c ON c.id = n.id
+                          GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
+        inserted = self.x(f"""INSERT INTO {view.app} ({app_cols_sql(view)})
+            SELECT {cols_sql(view, 'd')} FROM (SELECT DISTINCT ON (vid) * FROM ({present})) d
+            ANTI JOIN {view.app} app ON {app_match(view, 'app', 'd')}""")
+        self.counts(view.name).inserted += inserted
 
     def _patch_base(self, rel: Relation) -> None:
         """Patch a replicated table's APP rows after a merge: new visible tuples, and known tuples
@@ -606,7 +703,36 @@ class Maintainer:
         flips = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation))
         if flips.num_rows > added.num_rows:
             return False
-        ids = flips.column("id").combine_chunks()
-        known = added.column("id").combine_chunks()
-        ids, known = getattr(ids, "storage", ids), getattr(known, "storage", known)  # uhugeint: 16 bytes
-        return pc.all(pc.is_in(ids, value_set=known), min_count=0).as_py()
+        return pc.all(pc.is_in(_storage(flips.column("id")), value_set=_storage(added.column("id"))),
+                      min_count=0).as_py()
+
+
+def ids_arrow(ids: list[int]) -> pa.Array:
+    """Tuple ids as Arrow, laid out as DuckDB's UHUGEINT arrives (16 bytes, little-endian)."""
+    return pa.array([i.to_bytes(16, "little") for i in ids], pa.binary(16))
+
+
+def _storage(ids: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """An id column as plain 16-byte values (UHUGEINT arrives as an Arrow extension type)."""
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    return getattr(ids, "storage", ids)
+
+
+def _bools(values: pa.Array) -> pa.Array:
+    """A BOOLEAN column as Arrow booleans (DuckDB's lossless Arrow output sends ``arrow.bool8``, one
+    byte a value)."""
+    values = getattr(values, "storage", values)
+    return values if pa.types.is_boolean(values.type) else pc.not_equal(values, 0)
+
+
+def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
+    """Per monomial (``ids`` column), whether every id is visible by ``flips`` (id, vis); None when
+    some id has no row there (its visibility is only in ``_crr.cl``)."""
+    ids = monomials.column("ids").combine_chunks()
+    flat, parents = pc.list_flatten(ids), pc.list_parent_indices(ids)
+    at = pc.index_in(_storage(flat), value_set=_storage(flips.column("id")))
+    if at.null_count:
+        return None
+    visible = pc.fill_null(_bools(pc.take(flips.column("vis").combine_chunks(), at)), False)
+    dead = pc.unique(pc.filter(parents, pc.invert(visible)))
+    return pc.invert(pc.is_in(pa.array(range(monomials.num_rows), pa.int64()), value_set=pc.cast(dead, pa.int64())))

@@ -31,7 +31,7 @@ before writing anything, and the caller takes the batch path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 import duckdb
@@ -81,6 +81,7 @@ class PointResult:
     changed: bool
     flips: list[tuple[int, bool]]  # (id, visible now)
     added: list[tuple[int, tuple[str | None, ...]]]  # (id, values as text) of each distinct new row
+    fresh: list[int] = field(default_factory=list)  # ids of added rows the table did not hold before
 
     def as_arrow(self, rel: Relation) -> pa.Table:
         """The flips (``kind`` 'f') and added rows (``kind`` 'n') as one table of texts, read by
@@ -295,7 +296,8 @@ class PointWrite:
         changed = self._write(rel, entries, olds, news, seq)
         flips = [(e.id, e.vis) for e in entries.values() if e.vis != e.old_vis]
         added = list({r.id: (r.id, r.values) for r in news}.values())
-        return PointResult(count, changed, flips, added)
+        fresh = sorted({r.id for r in news if not r.stored})
+        return PointResult(count, changed, flips, added, fresh)
 
     def _entries(self, rel: Relation, olds: list[_Row], news: list[_Row], clock: HybridClock) -> dict[int, _Entry]:
         """The causal-length entries the write changes, checking NOT NULL and key rules first."""

@@ -22,7 +22,7 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.point import PointResult, PointWrite, added_sql, flips_sql, param_texts
-from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
+from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, ids_arrow
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult, changeset_errors,
                        grown_lineage, held_relations, plan_merge)
@@ -487,8 +487,12 @@ class Site:
         added rows are read from one Arrow slot."""
         self._slots.put(POINT_TABLE, point.as_arrow(rel))
         try:
+            flips = pa.table({"id": ids_arrow([i for i, _ in point.flips]),
+                              "rel": pa.array([rel.name] * len(point.flips), pa.string()),
+                              "vis": pa.array([v for _, v in point.flips], pa.bool_())})
             batch = Batch(cl_relation=rel.name, cl_changes=len(point.flips), local_write=True,
-                          applied_flips=flips_sql(rel, POINT_TABLE))
+                          applied_flips=flips_sql(rel, POINT_TABLE), applied_flips_arrow=flips,
+                          applied_fresh=ids_arrow(point.fresh))
             if point.added:
                 batch.base[rel.name] = added_sql(rel, POINT_TABLE)
             self._apply(batch, changed=True)

@@ -1,0 +1,204 @@
+"""A merge that can only add tuples to a view appends them (crr.maintain: _only_new_monomials_change).
+
+When no monomial a view held before a merge holds an id whose causal-length entry the merge wrote,
+the merge cannot remove a tuple from the view, and the view's APP table takes one INSERT of the new
+monomials' alive tuples instead of the MERGE that re-evaluates membership. These tests check both
+sides of that decision: merges of new rows take the INSERT, and every merge that also touches
+monomials a view held before (deletes, keyed updates, an entry arriving after its tuple, a relation
+reaching the view through two inputs) still leaves each view equal to plain DuckDB's evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+
+import crr
+from tests.conftest import app
+from tests.test_point import _statements
+
+R = "(a INTEGER, b INTEGER, c INTEGER)"
+S = "(k INTEGER, c INTEGER)"
+VIEWS = {
+    "p": "SELECT b, c FROM r WHERE c > 0",
+    "j": "SELECT r.a, r.b, s.k FROM r JOIN s ON r.c = s.c",
+}
+
+
+def expected(base: crr.Site, view: str) -> list[tuple]:
+    """The view's query evaluated by plain DuckDB over the base site's APP tables."""
+    return base.execute(f"SELECT DISTINCT * FROM ({VIEWS[view]}) ORDER BY ALL NULLS FIRST")
+
+
+def app_statements(site: crr.Site, changeset: crr.Changeset) -> dict[str, list[str]]:
+    """Merge ``changeset``; per view of :data:`VIEWS`, the first words of the statements the merge ran
+    against the view's APP table."""
+    statements = _statements(site, lambda: site.merge(changeset))
+    return {view: [" ".join(s.split()[:2]) for s in statements if f'main."{view}"' in " ".join(s.split()[:3])]
+            for view in VIEWS}
+
+
+@pytest.fixture(params=["replicated", "source"])
+def sites(request):
+    """A keyed base site with r and s, and a view site holding them (as replicated tables, or as
+    remote sources: p keeps nothing of r, j keeps both) with the views p and j."""
+    base = crr.Site(site_id="base")
+    base.execute(f"CREATE REPLICATED TABLE r {R[:-1]}, PRIMARY KEY (a))")
+    base.execute(f"CREATE REPLICATED TABLE s {S[:-1]}, PRIMARY KEY (k))")
+    view = crr.Site(site_id="view")
+    if request.param == "replicated":
+        view.execute(f"CREATE REPLICATED TABLE r {R[:-1]}, PRIMARY KEY (a))")
+        view.execute(f"CREATE REPLICATED TABLE s {S[:-1]}, PRIMARY KEY (k))")
+    else:
+        view.execute(f"CREATE REMOTE SOURCE r {R}")
+        view.execute(f"CREATE REMOTE SOURCE s {S}")
+    for name, sql in VIEWS.items():
+        view.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    base.execute("INSERT INTO s VALUES (1, 10), (2, 20), (3, 10)")
+    base.execute("INSERT INTO r VALUES (1, 5, 10), (2, 5, 20), (3, 6, 30)")
+    view.merge(base.changes())
+    yield base, view
+    base.close()
+    view.close()
+
+
+def check(base: crr.Site, view: crr.Site) -> None:
+    for name in VIEWS:
+        assert app(view, name) == expected(base, name), name
+
+
+def test_a_merge_of_new_rows_appends_them_to_the_views(sites):
+    base, view = sites
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (4, 5, 10), (5, 7, 20), (6, 8, -1), (7, 9, 40)")
+    cs = base.changes(since=cursor)
+    # (4, 5, 10) adds nothing new to p: (5, 10) is there already; (7, 9, 40) joins nothing; (6, 8, -1)
+    # fails p's predicate
+    assert app_statements(view, cs) == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
+    check(base, view)
+    assert app(view, "p").count((5, 10)) == 1 and (8, -1) not in app(view, "p")
+
+
+def test_deletes_in_the_same_merge_as_new_rows_leave_the_views(sites):
+    base, view = sites
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (4, 7, 20), (5, 8, 30)")
+    base.execute("DELETE FROM r WHERE a IN (1, 3)")
+    cs = base.changes(since=cursor)
+    assert app_statements(view, cs) == {"p": ["MERGE INTO"], "j": ["MERGE INTO"]}  # old monomials hold deleted ids
+    check(base, view)
+    assert (5, 10) not in app(view, "p") and (6, 30) not in app(view, "p")
+
+
+def test_a_keyed_update_arriving_with_new_rows_replaces_the_old_version(sites):
+    base, view = sites
+    cursor = base.cursor
+    base.execute("UPDATE r SET b = 50 WHERE a = 2")  # a new version: the old one's id flips
+    base.execute("INSERT INTO r VALUES (8, 1, 10)")
+    view.merge(base.changes(since=cursor))
+    check(base, view)
+    assert (5, 20) not in app(view, "p") and (50, 20) in app(view, "p")
+
+
+def test_a_delete_arriving_with_the_row_it_deletes_adds_nothing(sites):
+    base, view = sites
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (9, 70, 20), (10, 71, 20)")
+    base.execute("DELETE FROM r WHERE a = 9")
+    cs = base.changes(since=cursor)
+    assert app_statements(view, cs)["p"] == ["INSERT INTO"]  # both rows new here: nothing old changes
+    check(base, view)
+    assert (70, 20) not in app(view, "p") and (71, 20) in app(view, "p")
+
+
+def test_an_entry_arriving_after_its_tuple_shows_the_tuple_with_new_rows():
+    """A tuple that arrived without its entry is stored but absent; its entry arriving together with
+    new rows flips a tuple the merge did not bring, so views re-evaluate it."""
+    base, view = crr.Site(site_id="base"), crr.Site(site_id="view")
+    for s in (base, view):
+        s.execute(f"CREATE REPLICATED TABLE r {R}")
+        s.execute(f"CREATE REPLICATED TABLE s {S}")
+    view.execute(f"CREATE MATERIALIZED VIEW j AS {VIEWS['j']}")
+    view.execute(f"CREATE MATERIALIZED VIEW p AS {VIEWS['p']}")
+    base.execute("INSERT INTO s VALUES (1, 10)")
+    view.merge(base.changes())
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (1, 5, 10)")
+    first = base.changes(since=cursor)
+    view.merge(dataclasses.replace(first, cl=first.cl.slice(0, 0)))  # the tuple without its entry
+    assert app(view, "j") == [] and app(view, "p") == []
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (2, 6, 10)")
+    second = base.changes(since=cursor)
+    both = dataclasses.replace(second, cl=pa.concat_tables([first.cl, second.cl]))
+    assert app_statements(view, both) == {"p": ["MERGE INTO"], "j": ["MERGE INTO"]}
+    check(base, view)
+    assert app(view, "j") == [(1, 5, 1), (2, 6, 1)]
+    base.close()
+    view.close()
+
+
+def test_a_relation_reaching_a_view_through_two_inputs_is_reevaluated():
+    """A union of a replicated table and a remote copy of a view over it: an id the merge brings to
+    the table can already sit in monomials received through the remote view."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute(f"CREATE REPLICATED TABLE r {R}")
+    a.execute("CREATE MATERIALIZED VIEW w AS SELECT b FROM r")
+    b.execute("CREATE REMOTE TABLE w (b INTEGER)")
+    b.execute("CREATE MATERIALIZED VIEW u AS SELECT b FROM r WHERE c > 0 UNION SELECT b FROM w")
+    a.execute("INSERT INTO r VALUES (1, 5, 10)")
+    b.merge(a.changes(relations=["w"]))  # w's monomial of r's tuple 1, with its entry
+    assert app(b, "u") == [(5,)]
+    cursor = a.cursor
+    a.execute("DELETE FROM r WHERE a = 1")
+    a.execute("INSERT INTO r VALUES (2, 6, 10)")
+    cs = a.changes(since=0, relations=["r"])  # r's tuples (1 new here, deleted) and entries
+    statements = _statements(b, lambda: b.merge(cs))
+    assert [s for s in statements if s.split()[:3] == ["MERGE", "INTO", 'main."u"']]
+    assert app(b, "u") == [(6,)]
+    assert a.changes(since=cursor).cursor > cursor
+    a.close()
+    b.close()
+
+
+@pytest.fixture()
+def writer():
+    """A site writing a keyed and an unkeyed table that views read (a projection and a join)."""
+    s = crr.Site(site_id="w")
+    s.execute("CREATE REPLICATED TABLE s (k INTEGER PRIMARY KEY, c INTEGER)")
+    s.execute("CREATE REPLICATED TABLE r (a INTEGER, b INTEGER, c INTEGER)")
+    for name, sql in VIEWS.items():
+        s.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    s.execute("INSERT INTO s VALUES (1, 10), (2, 20)")
+    s.execute("INSERT INTO r VALUES (1, 5, 10)")
+    yield s
+    s.close()
+
+
+def written(site: crr.Site, sql: str, params: list | None = None) -> dict[str, list[str]]:
+    """Run a local write; per view, the first words of the statements it ran against the view's APP table."""
+    statements = _statements(site, lambda: site.execute(sql, params))
+    return {view: [" ".join(s.split()[:2]) for s in statements if f'main."{view}"' in " ".join(s.split()[:3])]
+            for view in VIEWS}
+
+
+def test_a_local_insert_of_new_rows_appends_them_to_the_views(writer):
+    assert written(writer, "INSERT INTO r VALUES (?, ?, ?)", [2, 6, 20]) == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
+    assert written(writer, "INSERT INTO r VALUES (3, 5, 10), (4, 7, 30)") == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
+    check(writer, writer)
+
+
+def test_a_local_reinsert_of_a_deleted_row_and_an_update_reach_the_views(writer):
+    writer.execute("DELETE FROM r WHERE a = 1")
+    assert app(writer, "p") == [] and app(writer, "j") == []
+    # the same tuple again: its monomials are the ones the views held before, dead until now
+    assert written(writer, "INSERT INTO r VALUES (?, ?, ?)", [1, 5, 10]) == {"p": ["MERGE INTO"], "j": ["MERGE INTO"]}
+    check(writer, writer)
+    assert app(writer, "j") == [(1, 5, 1)]
+    writer.execute("UPDATE s SET c = 30 WHERE k = 1")  # a new version of s's key 1: the old one leaves
+    writer.execute("INSERT INTO s VALUES (3, 10)")
+    check(writer, writer)
+    assert app(writer, "j") == [(1, 5, 3)]
