@@ -75,6 +75,9 @@ class Relation:
     indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
     stored: bool = True  # whether AUG tuples are kept (false only for a source no view joins)
     aggregate: "AggregateSpec | None" = None  # an aggregate view: its tuples are the core's rows (crr.aggregate)
+    # a remote table or source that has received a view's monomials, not only a replicated table's
+    # tuples (then an id may sit in several of its tuples, which may arrive in different merges)
+    derived: bool = False
 
     @property
     def is_base(self) -> bool:
@@ -268,7 +271,9 @@ CATALOG_DDL = [
     f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (k VARCHAR PRIMARY KEY, v VARCHAR)",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
         name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
-        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER, stored BOOLEAN)""",
+        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER, stored BOOLEAN, derived BOOLEAN)""",
+    # files written before ``derived`` existed: unknown, so assumed (it only costs a faster path)
+    f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS derived BOOLEAN DEFAULT true",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
@@ -280,15 +285,19 @@ def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
             json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position,
-            rel.stored]
+            rel.stored, rel.derived]
 
 
 def relation_from_row(row: tuple) -> Relation:
     """Rebuild a relation (without its compiled plan) from a catalog row."""
-    name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row
-    return Relation(name=name, kind=RelationKind(kind), columns=[Column(n, t) for n, t in json.loads(columns)],
+    name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row[:10]
+    kind = RelationKind(kind)
+    # a row written before ``derived`` existed (a Spark manifest's): unknown, so assumed for remote relations
+    derived = row[10] if len(row) > 10 else kind in (RelationKind.REMOTE, RelationKind.SOURCE)
+    return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
-                    lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored))
+                    lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored),
+                    derived=bool(derived))
 
 
 def aug_ddl(rel: Relation) -> list[str]:

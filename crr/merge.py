@@ -41,6 +41,9 @@ CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIM
 LINEAGE_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?"
 """Store a relation's grown lineage: parameters (lineage as JSON, name)."""
 
+DERIVED_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET derived = true WHERE name = ?"
+"""Record that a remote table or source received a view's monomials: parameter (name)."""
+
 
 class MergeResult(dict):
     """Counts of a merge: ``{relation: {inserted, deleted, new_tuples, new_monomials}}``.
@@ -114,6 +117,12 @@ def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, fro
     """The remote tables and sources whose lineage the changeset extends, with their new lineage."""
     return {rel.name: rel.lineage | frozenset(rc.lineage) for rel, rc in held
             if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
+
+
+def newly_derived(held: list[tuple[Relation, RelationChanges]]) -> list[str]:
+    """The remote tables and sources that receive a view's monomials for the first time."""
+    return [rel.name for rel, rc in held if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE)
+            and rc.kind is ChangeKind.DERIVED and not rel.derived]
 
 
 def tuple_check_sql(rel: Relation, idcol: str) -> str:

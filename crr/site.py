@@ -24,8 +24,8 @@ from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError,
 from crr.point import PointResult, PointWrite, added_sql, flips_sql, param_texts
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, ids_arrow
 from crr.changes import collect_changes
-from crr.merge import (CURSOR_UPSERT_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult, changeset_errors,
-                       grown_lineage, held_relations, plan_merge)
+from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
+                       changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge)
 from crr.types import Column, quote_ident, type_family
 from crr.writes import prepare_update, prepare_write
 from crr.sql import dml
@@ -358,7 +358,7 @@ class Site:
         for ddl in aug_ddl(rel):
             self._con.execute(ddl)
         pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
-        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
+        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):
@@ -616,6 +616,10 @@ class Site:
                     self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], lineage=lin)
                                                    for n, lin in grown.items())))
                     self._con.executemany(LINEAGE_UPDATE_SQL, [[json.dumps(sorted(lin)), n] for n, lin in grown.items()])
+                derived = newly_derived(held)
+                if derived:
+                    self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], derived=True) for n in derived)))
+                    self._con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
                 batch = plan_merge(self._con, self._rels, cs, held, inputs, self.max_clock_skew)
                 result = self._apply(batch) if held else BatchResult()
                 if track:
