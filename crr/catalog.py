@@ -293,7 +293,8 @@ def relation_from_row(row: tuple) -> Relation:
     name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row[:10]
     kind = RelationKind(kind)
     # a row written before ``derived`` existed (a Spark manifest's): unknown, so assumed for remote relations
-    derived = row[10] if len(row) > 10 else kind in (RelationKind.REMOTE, RelationKind.SOURCE)
+    remote = kind in (RelationKind.REMOTE, RelationKind.SOURCE)
+    derived = remote and (row[10] if len(row) > 10 else True)
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored),
