@@ -422,8 +422,17 @@ class Maintainer:
         self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:
+        """(min, max) monomial length of an input: 1 for a replicated table; a stored relation's
+        lengths are read once per site (then the cache follows its batches), so a reopened site does
+        not take the slower path for unknown lengths while an input like a static R2 never changes."""
         rel = self.rels[relation]
-        return (1, 1) if rel.is_base else self.widths.get(relation)
+        if rel.is_base:
+            return (1, 1)
+        if relation not in self.widths and rel.stored:
+            lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
+            if lo is not None:
+                self.widths[relation] = (int(lo), int(hi))
+        return self.widths.get(relation)
 
     def _plan_width(self, view: Relation) -> tuple[int, int] | None:
         """(min, max) monomial length the view's plans can produce, when the inputs' lengths tell it."""

@@ -252,3 +252,25 @@ def test_a_file_written_before_the_derived_flag_assumes_it_for_remote_relations(
     s = crr.Site(path)
     assert {n: s.relation(n).derived for n in ("t", "w", "q")} == {"t": False, "w": True, "q": True}
     s.close()
+
+
+def test_a_reopened_view_site_runs_a_join_batch_with_the_statements_it_ran_before(tmp_path):
+    """Monomial lengths of stored inputs are read from the file after a reopen (a static input such
+    as R2 would otherwise stay unknown, and every later batch take the temp-table path)."""
+    from crr.bench.data import r1_rows, r2_rows
+    from crr.bench.paper import _crr_site
+    from crr.bench.streams import paper_streams
+
+    streams = paper_streams(r1_rows(1200), r2_rows(), 300, 300)
+    path = str(tmp_path / "v.db")
+    site = _crr_site(path, "join", streams.r2)
+    site.merge(streams.inserts[0].changeset)
+    before = _statements(site, lambda: site.merge(streams.inserts[1].changeset))
+    site.close()
+    site = crr.Site(path)
+    site.merge(streams.inserts[2].changeset)  # the first merge after opening reads what it caches
+    after = _statements(site, lambda: site.merge(streams.inserts[3].changeset))
+    first_words = [" ".join(s.split()[:3]) for s in after]
+    assert len(after) == len(before) and not any(w.startswith("CREATE") for w in first_words), first_words
+    assert 'INSERT INTO main."r1_join_r2"' in first_words
+    site.close()
