@@ -44,6 +44,7 @@ from crr.arrow_result import arrow_rows
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
+from crr.id_sets import all_in, id_storage, index_in
 from crr.causal import cl_merge_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
@@ -209,6 +210,8 @@ class Maintainer:
         self.flips_arrow: pa.Table | None = None  # a merge's flips as Arrow (id, rel, vis), when it has them
         self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
+        self._written_by: dict[str, pa.Table] = {}  # relation -> its rows of flips_arrow (memo)
+        self._all_added: dict[str, bool] = {}  # relation -> _flips_all_added (memo)
         self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
@@ -616,18 +619,25 @@ class Maintainer:
         for relation in touched:
             if self._stored_inputs_holding(view, relation) != {relation} or self.rels[relation].derived:
                 return False
-            fresh = []  # ids of tuples this batch brought first
+            if self._flips_all_added(relation):
+                continue
+            if not (width_one and new is not None):
+                return False
+            fresh = [id_storage(new.column("mid"))]  # ids of tuples this batch brought first
             if relation in self.added_arrow:  # a replicated table's added tuples
-                fresh.append(_storage(self.added_arrow[relation].column("id")))
+                fresh.append(id_storage(self.added_arrow[relation].column("id")))
             elif relation in self.new_arrow:  # a stored remote table's or source's new tuples
-                fresh.append(_storage(self.new_arrow[relation].column("mid")))
-            if width_one and new is not None:
-                fresh.append(_storage(new.column("mid")))
-            written = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation)).column("id")
-            if not fresh or not pc.all(pc.is_in(_storage(written), value_set=pa.concat_arrays(fresh)),
-                                       min_count=0).as_py():
+                fresh.append(id_storage(self.new_arrow[relation].column("mid")))
+            if not all_in(self._written(relation).column("id"), pa.concat_arrays(fresh)):
                 return False
         return True
+
+    def _written(self, relation: str) -> pa.Table:
+        """The rows of a merge's causal-length RETURNING (id, rel, vis) of one relation."""
+        assert self.flips_arrow is not None
+        if relation not in self._written_by:
+            self._written_by[relation] = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation))
+        return self._written_by[relation]
 
     def _stored_inputs_holding(self, view: Relation, relation: str) -> set[str]:
         """The non-view relations among ``view``'s inputs, and its input views' inputs, whose lineage
@@ -707,29 +717,19 @@ class Maintainer:
             counts.deleted += dele
 
     def _flips_all_added(self, relation: str) -> bool:
-        """Whether every id of ``relation`` whose entry this merge wrote is a tuple the merge added to
-        the table (then none of them can be in the APP table yet, and the MERGE matching flipped
-        known tuples has nothing to do: a merge of new rows skips it). Decided on the Arrow results
-        of the merge's own statements; False when they are not at hand."""
-        added = self.added_arrow.get(relation)
-        if self.flips_arrow is None or added is None:
-            return False
-        flips = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation))
-        if flips.num_rows > added.num_rows:
-            return False
-        return pc.all(pc.is_in(_storage(flips.column("id")), value_set=_storage(added.column("id"))),
-                      min_count=0).as_py()
-
-
-def ids_arrow(ids: list[int]) -> pa.Array:
-    """Tuple ids as Arrow, laid out as DuckDB's UHUGEINT arrives (16 bytes, little-endian)."""
-    return pa.array([i.to_bytes(16, "little") for i in ids], pa.binary(16))
-
-
-def _storage(ids: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """An id column as plain 16-byte values (UHUGEINT arrives as an Arrow extension type)."""
-    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-    return getattr(ids, "storage", ids)
+        """Whether every id of ``relation`` whose entry this batch wrote is a tuple the batch added to
+        its replica (the replicated table, or a stored remote table or source of it): then none of
+        them can be in the APP table yet, and the MERGE matching flipped known tuples has nothing to
+        do (a merge of new rows skips it). Decided once per batch and relation on the Arrow results
+        of the batch's own statements; False when they are not at hand."""
+        if relation not in self._all_added:
+            added = (self.added_arrow[relation].column("id") if relation in self.added_arrow else
+                     self.new_arrow[relation].column("mid") if relation in self.new_arrow else None)
+            self._all_added[relation] = (
+                self.flips_arrow is not None and added is not None
+                and self._written(relation).num_rows <= len(added)
+                and all_in(self._written(relation).column("id"), added))
+        return self._all_added[relation]
 
 
 def _bools(values: pa.Array) -> pa.Array:
@@ -744,9 +744,12 @@ def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
     some id has no row there (its visibility is only in ``_crr.cl``)."""
     ids = monomials.column("ids").combine_chunks()
     flat, parents = pc.list_flatten(ids), pc.list_parent_indices(ids)
-    at = pc.index_in(_storage(flat), value_set=_storage(flips.column("id")))
+    at = index_in(flat, flips.column("id"))
     if at.null_count:
         return None
     visible = pc.fill_null(_bools(pc.take(flips.column("vis").combine_chunks(), at)), False)
+    lengths = pc.min_max(pc.list_value_length(ids)).as_py()
+    if lengths["min"] == lengths["max"] == 1:  # one id each: the ids line up with the monomials
+        return visible
     dead = pc.unique(pc.filter(parents, pc.invert(visible)))
     return pc.invert(pc.is_in(pa.array(range(monomials.num_rows), pa.int64()), value_set=pc.cast(dead, pa.int64())))

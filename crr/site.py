@@ -22,7 +22,8 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.point import PointResult, PointWrite, added_sql, flips_sql, param_texts
-from crr.maintain import Batch, BatchResult, Maintainer, cols_sql, ids_arrow
+from crr.id_sets import ids_arrow
+from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
                        changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge)
