@@ -25,7 +25,9 @@ def ids_arrow(ids: list[int]) -> pa.Array:
 
 
 def _words(ids: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
-    """The low and high 64-bit words of each id."""
+    """Two 64-bit words of each id (the low and high ones on a little-endian machine; on a big-endian
+    one the words hold byte-swapped halves, which :func:`index_in` compares just as well: it needs
+    only that equal ids have equal words)."""
     values = id_storage(ids)
     n = len(values)
     words = pa.Array.from_buffers(pa.uint64(), 2 * n, [None, values.buffers()[1]], offset=2 * values.offset)
@@ -34,7 +36,8 @@ def _words(ids: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
 
 
 def index_in(values: pa.ChunkedArray | pa.Array, value_set: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """For each id of ``values``, its position in ``value_set`` (int32), or null where it is absent."""
+    """For each id of ``values``, its position in ``value_set`` (int32), or null where it is absent
+    (ids are never null; with nulls the lookup is pyarrow's, where a null finds a null)."""
     values_s, set_s = id_storage(values), id_storage(value_set)
     if values_s.null_count or set_s.null_count:
         return pc.index_in(values_s, value_set=set_s)

@@ -207,11 +207,13 @@ class Maintainer:
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
-        self.flips_arrow: pa.Table | None = None  # a merge's flips as Arrow (id, rel, vis), when it has them
+        # every causal-length entry the batch wrote, as Arrow (id, rel, vis): a superset of the flips
+        # (the causal-length MERGE's RETURNING, or a point write's own list); None when not at hand
+        self.written_arrow: pa.Table | None = None
         self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
         self._written_by: dict[str, pa.Table] = {}  # relation -> its rows of flips_arrow (memo)
-        self._all_added: dict[str, bool] = {}  # relation -> _flips_all_added (memo)
+        self._all_new: dict[str, bool] = {}  # relation -> _written_all_new_to_replica (memo)
         self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
@@ -299,7 +301,7 @@ class Maintainer:
         self.result.cl_changed = batch.cl_changes or 0
         if batch.cl_changes:
             self.flips, self.flipped_rels = batch.applied_flips, {batch.cl_relation}
-            self.flips_arrow = batch.applied_flips_arrow
+            self.written_arrow = batch.applied_flips_arrow
         if batch.applied_fresh is not None:
             self.added_arrow[batch.cl_relation] = pa.table({"id": batch.applied_fresh})
         self.new_base.update(batch.base)
@@ -323,7 +325,7 @@ class Maintainer:
         if written.num_rows == 0:
             return
         self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', written)})"
-        self.flips_arrow = written
+        self.written_arrow = written
         self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
                              set(written.column("rel").unique().to_pylist()))
 
@@ -426,16 +428,22 @@ class Maintainer:
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:
         """(min, max) monomial length of an input: 1 for a replicated table; a stored relation's
-        lengths are read once per site (then the cache follows its batches), so a reopened site does
-        not take the slower path for unknown lengths while an input like a static R2 never changes."""
+        lengths are read from the file when the site's cache lacks them (then the cache follows its
+        batches), so a reopened site does not take the slower path for unknown lengths while an input
+        like a static R2 never changes."""
         rel = self.rels[relation]
         if rel.is_base:
             return (1, 1)
         if relation not in self.widths and rel.stored:
-            lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
-            if lo is not None:
-                self.widths[relation] = (int(lo), int(hi))
+            stored = self._stored_widths(rel)
+            if stored is not None:
+                self.widths[relation] = stored
         return self.widths.get(relation)
+
+    def _stored_widths(self, rel: Relation) -> tuple[int, int] | None:
+        """(min, max) length of the monomials a relation stores; None when it stores none."""
+        lo, hi = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
+        return None if lo is None else (int(lo), int(hi))
 
     def _plan_width(self, view: Relation) -> tuple[int, int] | None:
         """(min, max) monomial length the view's plans can produce, when the inputs' lengths tell it."""
@@ -502,8 +510,7 @@ class Maintainer:
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
         if rel.name not in self.widths:
-            old = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {rel.aug('m')}").fetchall()[0]
-            self.widths[rel.name] = (old[0] or lo, old[1] or hi)
+            self.widths[rel.name] = self._stored_widths(rel) or (lo, hi)
         olo, ohi = self.widths[rel.name]
         lo, hi = min(lo, olo), max(hi, ohi)
         self.widths[rel.name] = (lo, hi)
@@ -613,30 +620,41 @@ class Maintainer:
         touched = self.flipped_rels & self.lineage.get(view.name, self.flipped_rels)
         if not touched:
             return True
-        if self.flips_arrow is None:
+        if self.written_arrow is None:
             return False
         width_one = self._plan_width(view) == (1, 1)
         for relation in touched:
             if self._stored_inputs_holding(view, relation) != {relation} or self.rels[relation].derived:
                 return False
-            if self._flips_all_added(relation):
+            if self._written_all_new_to_replica(relation):
                 continue
             if not (width_one and new is not None):
                 return False
-            fresh = [id_storage(new.column("mid"))]  # ids of tuples this batch brought first
-            if relation in self.added_arrow:  # a replicated table's added tuples
-                fresh.append(id_storage(self.added_arrow[relation].column("id")))
-            elif relation in self.new_arrow:  # a stored remote table's or source's new tuples
-                fresh.append(id_storage(self.new_arrow[relation].column("mid")))
+            # ids whose tuples this batch brought first: those of the view's new (width-1) monomials,
+            # and those the batch added to the replica
+            fresh = [id_storage(new.column("mid"))]
+            added = self._new_to_replica(relation)
+            if added is not None:
+                fresh.append(id_storage(added))
             if not all_in(self._written(relation).column("id"), pa.concat_arrays(fresh)):
                 return False
         return True
 
+    def _new_to_replica(self, relation: str) -> pa.ChunkedArray | None:
+        """Ids of the tuples this batch added to the base relation's replica here (the replicated
+        table's new AUG tuples, or a stored remote table's or source's new monomials, each one tuple
+        of its own, ``mid`` = ``vid`` = id); None when they are not at hand as Arrow."""
+        if relation in self.added_arrow:
+            return self.added_arrow[relation].column("id")
+        if relation in self.new_arrow:
+            return self.new_arrow[relation].column("mid")
+        return None
+
     def _written(self, relation: str) -> pa.Table:
-        """The rows of a merge's causal-length RETURNING (id, rel, vis) of one relation."""
-        assert self.flips_arrow is not None
+        """The rows of :attr:`written_arrow` (id, rel, vis) of one base relation."""
+        assert self.written_arrow is not None
         if relation not in self._written_by:
-            self._written_by[relation] = self.flips_arrow.filter(pc.equal(self.flips_arrow.column("rel"), relation))
+            self._written_by[relation] = self.written_arrow.filter(pc.equal(self.written_arrow.column("rel"), relation))
         return self._written_by[relation]
 
     def _stored_inputs_holding(self, view: Relation, relation: str) -> set[str]:
@@ -662,7 +680,7 @@ class Maintainer:
         new = self.new_arrow.get(view.name)
         if new is None:
             return  # no new monomials: nothing changes
-        alive = _alive_by(new, self.flips_arrow) if self.flips_arrow is not None else None
+        alive = _alive_by(new, self.written_arrow) if self.written_arrow is not None else None
         if alive is not None:
             rows = new.filter(alive).select(["vid"] + [c.name for c in view.aug_columns])
             if rows.num_rows == 0:
@@ -709,27 +727,27 @@ class Maintainer:
             else:
                 visible = f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis"
             counts.inserted += apply_app_changes(self.con, rel, visible, AppPatch.INSERT)[0]
-        if flipped and not self._flips_all_added(rel.name):
+        # ids the batch added cannot be in the APP table yet: when every written id is one, the MERGE
+        # matching flipped known tuples has nothing to do (a merge of new rows skips it)
+        if flipped and not self._written_all_new_to_replica(rel.name):
             older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {new} n ON n.id = f.id)"
             ins, dele = patch_app(self.con, rel, f"SELECT {cols_sql(rel, 't')}, f.vis AS keep "
                                                  f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
             counts.inserted += ins
             counts.deleted += dele
 
-    def _flips_all_added(self, relation: str) -> bool:
-        """Whether every id of ``relation`` whose entry this batch wrote is a tuple the batch added to
-        its replica (the replicated table, or a stored remote table or source of it): then none of
-        them can be in the APP table yet, and the MERGE matching flipped known tuples has nothing to
-        do (a merge of new rows skips it). Decided once per batch and relation on the Arrow results
-        of the batch's own statements; False when they are not at hand."""
-        if relation not in self._all_added:
-            added = (self.added_arrow[relation].column("id") if relation in self.added_arrow else
-                     self.new_arrow[relation].column("mid") if relation in self.new_arrow else None)
-            self._all_added[relation] = (
-                self.flips_arrow is not None and added is not None
+    def _written_all_new_to_replica(self, relation: str) -> bool:
+        """Whether every id of the base relation ``relation`` whose entry this batch wrote is a tuple
+        the batch added to the relation's replica here (:meth:`_new_to_replica`). Decided once per
+        batch and relation on the Arrow results of the batch's own statements; False when they are
+        not at hand. Its callers say what follows from it."""
+        if relation not in self._all_new:
+            added = self._new_to_replica(relation)
+            self._all_new[relation] = (
+                self.written_arrow is not None and added is not None
                 and self._written(relation).num_rows <= len(added)
                 and all_in(self._written(relation).column("id"), added))
-        return self._all_added[relation]
+        return self._all_new[relation]
 
 
 def _bools(values: pa.Array) -> pa.Array:

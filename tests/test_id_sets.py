@@ -18,3 +18,22 @@ def test_index_in_finds_exactly_the_ids_of_the_set(values, value_set, offset):
     want = [value_set.index(v) if v in value_set else None for v in values[min(offset, len(values)):]]
     assert got == want
     assert all_in(ids_arrow(values), ids_arrow(value_set)) == (set(values) <= set(value_set))
+
+
+def test_index_in_reads_duckdbs_uhugeint_arrow_chunked_and_sliced():
+    """Ids as DuckDB returns them (an extension type over 16 bytes, in several chunks), looked up in a
+    sliced set."""
+    import duckdb
+    import pyarrow as pa
+
+    con = duckdb.connect()
+    con.execute("SET arrow_lossless_conversion = true")
+    con.execute("CREATE TABLE t AS SELECT ((i::UHUGEINT << 70) + i::UHUGEINT)::UHUGEINT AS id FROM range(5000) r(i)")
+    table = con.sql("SELECT id FROM t ORDER BY id").to_arrow_table()
+    ids = table.column("id")
+    assert ids.num_chunks > 1 and "uhugeint" in str(ids.type)
+    chunked = pa.chunked_array([ids.combine_chunks().slice(0, 2500), ids.combine_chunks().slice(2500)])
+    value_set = ids.combine_chunks().slice(1000, 2000)  # ids 1000..2999
+    at = index_in(chunked, value_set).to_pylist()
+    assert at == [i - 1000 if 1000 <= i < 3000 else None for i in range(5000)]
+    assert all_in(chunked.slice(1200, 100), value_set) and not all_in(chunked.slice(900, 200), value_set)
