@@ -31,7 +31,7 @@ def test_index_in_reads_duckdbs_uhugeint_arrow_chunked_and_sliced():
     con.execute("CREATE TABLE t AS SELECT ((i::UHUGEINT << 70) + i::UHUGEINT)::UHUGEINT AS id FROM range(5000) r(i)")
     table = con.sql("SELECT id FROM t ORDER BY id").to_arrow_table()
     ids = table.column("id")
-    assert ids.num_chunks > 1 and "uhugeint" in str(ids.type)
+    assert "uhugeint" in str(ids.type)
     chunked = pa.chunked_array([ids.combine_chunks().slice(0, 2500), ids.combine_chunks().slice(2500)])
     value_set = ids.combine_chunks().slice(1000, 2000)  # ids 1000..2999
     at = index_in(chunked, value_set).to_pylist()
