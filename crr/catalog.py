@@ -9,7 +9,8 @@ Storage layout of one site (all inside one DuckDB file):
 * ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns (a remote
   source has none: it only feeds this site's views).
 * ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock.
-* ``_crr.relations`` -- this catalog.
+* ``_crr.relations`` -- this catalog (one row per relation; ``derived`` marks a remote table or
+  source that has received a view's monomials, which the maintainer's append-only path needs to know).
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
