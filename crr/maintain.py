@@ -212,7 +212,7 @@ class Maintainer:
         self.written_arrow: pa.Table | None = None
         self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
-        self._written_by: dict[str, pa.Table] = {}  # relation -> its rows of flips_arrow (memo)
+        self._written_by: dict[str, pa.Table] = {}  # base relation -> its rows of written_arrow (memo)
         self._all_new: dict[str, bool] = {}  # relation -> _written_all_new_to_replica (memo)
         self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
@@ -674,9 +674,8 @@ class Maintainer:
         """Append to the APP table the tuples of the view's new monomials that are alive (every id
         visible) and not present yet: the whole membership change of a batch that can only add
         tuples (see :meth:`_only_new_monomials_change`). When every id of those monomials had its
-        entry written by this batch, their visibility comes from the Arrow the causal-length MERGE
-        returned and the statement reads only the APP table; otherwise it looks the ids up in
-        ``_crr.cl``."""
+        entry written by this batch, their visibility comes from :attr:`written_arrow` and the
+        statement reads only the APP table; otherwise it looks the ids up in ``_crr.cl``."""
         new = self.new_arrow.get(view.name)
         if new is None:
             return  # no new monomials: nothing changes
