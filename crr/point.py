@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
+from crr.id_sets import ids_arrow
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
                        tuple_id_of_texts, type_family, value_text_sql)
 from crr.writes import key_clash_error, null_error, repeated_key_error
@@ -94,6 +95,13 @@ class PointResult:
         return pa.table({"kind": pa.array(kinds, pa.string()), "id": pa.array(ids, pa.string()),
                          "vis": pa.array(vis, pa.bool_()),
                          **{f"v{k}": pa.array(values[k], pa.string()) for k in range(n)}})
+
+    def flips_arrow(self, rel: Relation) -> pa.Table:
+        """The flips as the maintainer reads a batch's written entries: (id, rel, vis), ids laid out as
+        DuckDB's UHUGEINT arrives."""
+        return pa.table({"id": ids_arrow([i for i, _ in self.flips]),
+                         "rel": pa.array([rel.name] * len(self.flips), pa.string()),
+                         "vis": pa.array([v for _, v in self.flips], pa.bool_())})
 
 
 def flips_sql(rel: Relation, table: str) -> str:

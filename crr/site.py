@@ -488,11 +488,8 @@ class Site:
         added rows are read from one Arrow slot."""
         self._slots.put(POINT_TABLE, point.as_arrow(rel))
         try:
-            flips = pa.table({"id": ids_arrow([i for i, _ in point.flips]),
-                              "rel": pa.array([rel.name] * len(point.flips), pa.string()),
-                              "vis": pa.array([v for _, v in point.flips], pa.bool_())})
             batch = Batch(cl_relation=rel.name, cl_changes=len(point.flips), local_write=True,
-                          applied_flips=flips_sql(rel, POINT_TABLE), applied_flips_arrow=flips,
+                          applied_flips=flips_sql(rel, POINT_TABLE), applied_flips_arrow=point.flips_arrow(rel),
                           applied_fresh=ids_arrow(point.fresh))
             if point.added:
                 batch.base[rel.name] = added_sql(rel, POINT_TABLE)
