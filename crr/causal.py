@@ -10,6 +10,15 @@ table by scanning the table): once for the MERGE's own match on ``id``, and once
 hash, when some entries are keyed (a keyed version's visibility depends on the other versions of
 its key). Unkeyed entries are merged by the MERGE alone: their visibility is the parity of the
 merged length, computed in its SET clause.
+
+Keyed entries take the unkeyed form too when each is its key's only present candidate: no two of
+them share a key hash, and no stored entry of another id with one of their key hashes is present
+(odd). Other versions that are absent stay absent (the batch holds no entry of theirs) and so stay
+invisible, and the entry's version, when present, is its key's only present one. Then a version is
+visible exactly when its merged length is odd. That is the common case: inserts of new keys, deletes
+of keys, even of keys updated before. :func:`present_key_versions_sql` counts those other present
+versions; that small query and the plain MERGE cost less than the key-wide MERGE (per 1000-row
+batch into 100k entries, with the paper's experiments: 11-13 ms against 8-10 ms).
 """
 
 from __future__ import annotations
@@ -47,7 +56,16 @@ def keyed_delta_sql(entries: str) -> str:
         WHERE grew OR vis <> old_vis"""
 
 
-def cl_merge_sql(entries: str, seq: int, keyed: bool | None, unkeyed: bool | None) -> str:
+def present_key_versions_sql(entries_table: str) -> str:
+    """How many present stored entries share a key hash with an entry of ``entries_table`` (a table
+    or registered Arrow name with ``id`` and ``kh`` columns) without being one of its ids: zero when
+    no keyed entry's key has another present version here."""
+    return f"""SELECT count(*) FROM (SELECT id FROM _crr.cl WHERE cl % 2 = 1
+                                        AND kh IN (SELECT kh FROM {entries_table} WHERE kh IS NOT NULL)) c
+               ANTI JOIN {entries_table} e ON e.id = c.id"""
+
+
+def cl_merge_sql(entries: str, seq: int, keyed: bool | None, unkeyed: bool | None, single_versions: bool = False) -> str:
     """One MERGE writing a batch's causal-length entries into ``_crr.cl``; it returns ``(id, rel, vis)``
     of every entry it wrote: the entries that grew and the keyed versions whose visibility flipped.
     That is a superset of the flips (an entry growing from 1 to 3 stays visible), which only
@@ -64,13 +82,15 @@ def cl_merge_sql(entries: str, seq: int, keyed: bool | None, unkeyed: bool | Non
     their visibility (:func:`keyed_delta_sql`). Every received entry whose id is stored is compared
     with the stored entry (:data:`FORGED`) before anything else, so a forged one fails the merge
     whether or not it grows. ``seq`` marks the entries that grew (a flip alone changes a cache, not
-    replicated state).
+    replicated state). ``single_versions``: the caller checked that no keyed entry's key has another
+    present version (see the module docstring), so every entry takes the unkeyed form.
     """
     parts = []
-    if unkeyed is not False:
+    if unkeyed is not False or single_versions:
+        only_unkeyed = "" if single_versions else " WHERE kh IS NULL"
         parts.append(f"""SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp, NULL::BOOLEAN AS vis,
-                                true AS grew FROM {entries} WHERE kh IS NULL""")
-    if keyed is not False:
+                                true AS grew FROM {entries}{only_unkeyed}""")
+    if keyed is not False and not single_versions:
         parts.append(keyed_delta_sql(entries))
     using = " UNION ALL ".join(f"({p})" for p in parts) if parts else (
         "SELECT NULL::UHUGEINT AS id, NULL AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "

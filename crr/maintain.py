@@ -45,7 +45,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.id_sets import all_in, id_storage, index_in
-from crr.causal import cl_merge_sql
+from crr.causal import cl_merge_sql, present_key_versions_sql
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -74,6 +74,9 @@ class Batch:
     cl_relation: str | None = None  # set when every causal-length entry is of this one relation
     cl_keyed: bool | None = None  # whether some entries carry key hashes, when known
     cl_unkeyed: bool | None = None  # whether some entries carry none, when known
+    # the table the entries are read from, set when no two keyed ones share a key hash: if no present
+    # stored entry of another id has one of their key hashes either, they merge by parity (crr.causal)
+    cl_key_probe: str | None = None
     cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
     # set by the point path (crr.point), which wrote the table's causal lengths, AUG tuples and APP
@@ -320,7 +323,9 @@ class Maintainer:
         if batch.cl_changes is not None:  # a local write: exact growing entries with old_vis
             self._write_local_cl(batch)
             return
-        written = arrow_rows(self.con, cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed))
+        single = bool(batch.cl_keyed and batch.cl_key_probe is not None
+                      and self.con.execute(present_key_versions_sql(batch.cl_key_probe)).fetchall()[0][0] == 0)
+        written = arrow_rows(self.con, cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed, single))
         self.result.cl_changed = written.num_rows
         if written.num_rows == 0:
             return

@@ -22,11 +22,13 @@ from typing import Iterator
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
+from crr.id_sets import id_storage
 from crr.maintain import Batch, BatchResult, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 from crr.sql.statements import RelationKind
@@ -221,6 +223,13 @@ class MergeInputs:
         self.names.clear()
 
 
+def one_entry_per_key(entries: pa.Table) -> bool:
+    """Whether no two keyed causal-length entries share a key hash (then each may be its key's only
+    version, which :mod:`crr.causal` checks with one count before merging them by parity)."""
+    kh = id_storage(entries.column("kh"))
+    return pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
+
+
 def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                held: list[tuple[Relation, RelationChanges]], inputs: MergeInputs, max_clock_skew: float) -> Batch:
     """The batch of a changeset's held relations and causal lengths, every input checked as it is read."""
@@ -266,4 +275,6 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
         names = cs.cl.column("rel").unique().to_pylist()
         batch.cl_relation = names[0] if len(names) == 1 else None
+        if one_entry_per_key(cs.cl):
+            batch.cl_key_probe = view
     return batch
