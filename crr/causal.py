@@ -1,4 +1,11 @@
-"""The statement that merges causal-length entries into ``_crr.cl``.
+"""The statements that merge causal-length entries into ``_crr.cl``, built from typed inputs.
+
+A merge hands this module :class:`ReceivedEntries` (where a changeset's entries are read and what
+this site requires of them); a local write hands it :class:`LocalEntries` (its exact growing
+entries). Every statement over those entries is built here: the checks a received entry must pass
+(:func:`checked_entries_sql`), the count that picks the MERGE's form
+(:func:`present_key_versions_sql`) and the MERGEs themselves (:func:`cl_merge_sql`,
+:func:`local_cl_merge_sql`).
 
 ``_crr.cl`` holds one entry per tuple id: ``(id, rel, cl, kh, stamp, vis, seq)``. ``cl`` and
 ``stamp`` only grow (a merge takes maxima); ``vis`` caches whether the tuple is visible (DESIGN 1.2):
@@ -23,6 +30,50 @@ batch into 100k entries, with the paper's experiments: 11-13 ms against 8-10 ms)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from crr.types import Column, key_hash_sql, quote_str
+
+MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
+
+
+@dataclass(frozen=True)
+class KeyHashSource:
+    """The received tuples of one keyed replicated table, read to recompute their key hashes."""
+
+    table: str  # where the tuples ``(id, cols...)`` are read (an Arrow slot's name)
+    relation: str
+    key_columns: tuple[Column, ...]  # the key's AUG columns
+
+
+@dataclass(frozen=True)
+class ReceivedEntries:
+    """A changeset's causal-length entries ``(id, rel, cl, kh, stamp)`` as a merge reads them, with
+    what this site requires of them (checked as they are read: :func:`checked_entries_sql`)."""
+
+    table: str  # where the entries are read (an Arrow slot's name); at most one row per id
+    relations: frozenset[str]  # the relations whose entries this site takes (the others are skipped)
+    keyed: frozenset[str]  # this site's keyed base relations: their entries need a key hash
+    unkeyed: frozenset[str]  # its unkeyed base relations: their entries must carry none
+    key_hashes: tuple[KeyHashSource, ...]  # key hashes to recompute from received values
+    max_stamp: int  # the largest stamp accepted (this site's clock plus the allowed skew)
+    max_clock_skew: float  # that skew in seconds (named by the refusal)
+    some_keyed: bool  # whether some entry carries a key hash
+    some_unkeyed: bool  # whether some entry carries none
+    one_per_key: bool  # whether no two entries share a key hash
+    relation: str | None  # the one relation of every entry, when they have one
+
+
+@dataclass(frozen=True)
+class LocalEntries:
+    """A local write's causal-length entries: exactly the ones that grow, one per id, each with the
+    visibility it had before (``old_vis``), all of one relation."""
+
+    relation: str
+    changes: int  # how many entries grow
+    table: str | None  # where they are read ``(id, rel, cl, kh, stamp, old_vis)``; None when written already
+
+
 FORGED = "(c.id IS NOT NULL AND (c.rel <> d.rel OR c.kh IS DISTINCT FROM d.kh))"
 """True for a received entry that disagrees with the stored entry of its id: an id's relation and key
 hash never change, so such an entry is forged (or corrupt). ``c.id IS NOT NULL`` because DuckDB may
@@ -32,7 +83,39 @@ FORGED_ENTRIES = ("error('crr: causal-length entries of ' || d.rel || ' disagree
                   "or key hash; the changeset is corrupt or forged')")
 
 
-def keyed_delta_sql(entries: str) -> str:
+def checked_entries_sql(entries: ReceivedEntries) -> str:
+    """FROM text of the received entries this site takes, checked as they are read (``error()``
+    aborts the merge; each message names the relation): an id, a relation and a length from 1 to
+    :data:`MAX_CAUSAL_LENGTH`, a stamp no later than ``max_stamp``, and a key hash exactly for the
+    keyed relations, equal to the one recomputed from the received values where there are some."""
+    rels = ", ".join(quote_str(r) for r in sorted(entries.relations)) or "NULL"
+    joined = f"(SELECT * FROM {entries.table} WHERE rel IN ({rels}))"
+    kh = "e.kh"
+    if entries.key_hashes:
+        computed = " UNION ALL ".join(f"SELECT id, {key_hash_sql(k.relation, list(k.key_columns))} AS kh FROM {k.table}"
+                                      for k in entries.key_hashes)
+        joined = f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({computed}) h ON h.id = e.id)"
+        kh = ("CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "
+              "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "
+              "changeset is corrupt or forged') ELSE e.kh END")
+    keyed_sql = ", ".join(quote_str(r) for r in sorted(entries.keyed)) or "NULL"
+    unkeyed_sql = ", ".join(quote_str(r) for r in sorted(entries.unkeyed)) or "NULL"
+    return f"""(SELECT id, rel, CASE
+            WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
+                error('crr: causal-length entries need an id, a relation and a length >= 1')
+            WHEN cl > {MAX_CAUSAL_LENGTH} THEN
+                error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
+            WHEN stamp > {int(entries.max_stamp)}::UHUGEINT THEN
+                error('crr: a stamp of ' || rel || ' is more than {entries.max_clock_skew:g} s ahead of this site''s '
+                      || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
+            WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
+                error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
+            WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
+                error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
+            ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
+
+
+def _keyed_delta_sql(entries: str) -> str:
     """The keyed entries' part of a merge: every version of the batch's keys, merged, and those whose
     entry grows or whose visibility flips. Columns: id, rel, kh, cl, stamp, vis, grew.
 
@@ -56,42 +139,41 @@ def keyed_delta_sql(entries: str) -> str:
         WHERE grew OR vis <> old_vis"""
 
 
-def present_key_versions_sql(entries_table: str) -> str:
-    """How many present stored entries share a key hash with an entry of ``entries_table`` (a table
-    or registered Arrow name with ``id`` and ``kh`` columns) without being one of its ids: zero when
-    no keyed entry's key has another present version here."""
+def present_key_versions_sql(entries: ReceivedEntries) -> str:
+    """How many present stored entries share a key hash with a received entry without being one of
+    the received ids: zero when no keyed entry's key has another present version here. Reads the
+    entries unchecked (a count decides nothing the MERGE's checks would refuse)."""
     return f"""SELECT count(*) FROM (SELECT id FROM _crr.cl WHERE cl % 2 = 1
-                                        AND kh IN (SELECT kh FROM {entries_table} WHERE kh IS NOT NULL)) c
-               ANTI JOIN {entries_table} e ON e.id = c.id"""
+                                        AND kh IN (SELECT kh FROM {entries.table} WHERE kh IS NOT NULL)) c
+               ANTI JOIN {entries.table} e ON e.id = c.id"""
 
 
-def cl_merge_sql(entries: str, seq: int, keyed: bool | None, unkeyed: bool | None, single_versions: bool = False) -> str:
+def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = False) -> str:
     """One MERGE writing a batch's causal-length entries into ``_crr.cl``; it returns ``(id, rel, vis)``
     of every entry it wrote: the entries that grew and the keyed versions whose visibility flipped.
     That is a superset of the flips (an entry growing from 1 to 3 stays visible), which only
     re-evaluates a few tuples more.
 
-    ``entries`` is a FROM text of ``(id, rel, cl, kh, stamp)`` with at most one row per id, as
-    :func:`crr.merge.cl_check_sql` reads them: a changeset's validation refuses repeated ids, and
-    its join with key hashes recomputed from values can repeat an entry only for an id that tuples of
-    two keyed relations share, whose key hashes differ (a key hash includes its relation's name), so
-    the key-hash check fails the merge.
-    ``keyed`` / ``unkeyed``: whether some entries carry key hashes / carry none (False leaves that
-    part out; None: unknown). Unkeyed entries reach the MERGE as they are (``vis`` NULL): it takes the
+    The entries are read as :func:`checked_entries_sql` reads them, with at most one row per id: a
+    changeset's validation refuses repeated ids, and the join with key hashes recomputed from values
+    can repeat an entry only for an id that tuples of two keyed relations share, whose key hashes
+    differ (a key hash includes its relation's name), so the key-hash check fails the merge.
+    Unkeyed entries reach the MERGE as they are (``vis`` NULL): it takes the
     maxima and the parity itself, and writes only those that grow. Keyed ones arrive merged, with
-    their visibility (:func:`keyed_delta_sql`). Every received entry whose id is stored is compared
+    their visibility (:func:`_keyed_delta_sql`). Every received entry whose id is stored is compared
     with the stored entry (:data:`FORGED`) before anything else, so a forged one fails the merge
     whether or not it grows. ``seq`` marks the entries that grew (a flip alone changes a cache, not
     replicated state). ``single_versions``: the caller checked that no keyed entry's key has another
     present version (see the module docstring), so every entry takes the unkeyed form.
     """
+    entries = checked_entries_sql(received)
     parts = []
-    if unkeyed is not False or single_versions:
+    if received.some_unkeyed or single_versions:
         only_unkeyed = "" if single_versions else " WHERE kh IS NULL"
         parts.append(f"""SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp, NULL::BOOLEAN AS vis,
                                 true AS grew FROM {entries}{only_unkeyed}""")
-    if keyed is not False and not single_versions:
-        parts.append(keyed_delta_sql(entries))
+    if received.some_keyed and not single_versions:
+        parts.append(_keyed_delta_sql(entries))
     using = " UNION ALL ".join(f"({p})" for p in parts) if parts else (
         "SELECT NULL::UHUGEINT AS id, NULL AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "
         "NULL::UHUGEINT AS stamp, NULL::BOOLEAN AS vis, false AS grew WHERE false")
@@ -105,3 +187,21 @@ def cl_merge_sql(entries: str, seq: int, keyed: bool | None, unkeyed: bool | Non
         WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
             VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, coalesce(d.vis, d.cl % 2 = 1), {int(seq)})
         RETURNING id, rel, vis"""
+
+
+def local_cl_merge_sql(local: LocalEntries, seq: int) -> str:
+    """One MERGE writing a local write's exact growing entries (:class:`LocalEntries`): each replaces
+    or adds its id's entry, visible exactly when its length is odd (a write's own version of a key is
+    its key's newest)."""
+    assert local.table is not None
+    vis = "(d.cl % 2 = 1)"
+    return f"""MERGE INTO _crr.cl AS c USING {local.table} AS d ON c.id = d.id
+        WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis}, seq = {int(seq)}
+        WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
+            VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {int(seq)})"""
+
+
+def local_flips_sql(local: LocalEntries) -> str:
+    """FROM text of ``(id, rel, vis)`` of the local entries whose visibility flipped."""
+    assert local.table is not None
+    return f"(SELECT d.id, d.rel, (d.cl % 2 = 1) AS vis FROM {local.table} d WHERE (d.cl % 2 = 1) <> d.old_vis)"

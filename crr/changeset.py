@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from crr.arrow_build import int64_scalar
 from crr.errors import ChangesetError, CrrError
 from crr.types import quote_ident
 
@@ -386,7 +387,8 @@ def check_duckdb_values(col: pa.ChunkedArray, what: str) -> None:
         low, high = pc.min_max(ints).values()
         if low.as_py() < 0 or high.as_py() > _TIME_MAX:
             raise ChangesetError(f"malformed changeset: {what} holds a TIME outside 00:00:00..24:00:00")
-    elif pc.any(pc.and_(pc.less(ints, _TIMESTAMP_MIN), pc.not_equal(ints, _TIMESTAMP_NEG_INF))).as_py():
+    elif pc.any(pc.and_(pc.less(ints, int64_scalar(_TIMESTAMP_MIN)),
+                        pc.not_equal(ints, int64_scalar(_TIMESTAMP_NEG_INF)))).as_py():
         raise ChangesetError(f"malformed changeset: {what} holds a timestamp before DuckDB's range")
 
 

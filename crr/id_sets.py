@@ -12,6 +12,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from crr.arrow_build import binary16, int64_scalar
+
+_LOW, _HIGH = int64_scalar(0), int64_scalar(1)  # list positions of an id's two words
+
 
 def id_storage(ids: pa.ChunkedArray | pa.Array) -> pa.Array:
     """An id column as plain 16-byte values (DuckDB's UHUGEINT arrives as an Arrow extension type)."""
@@ -21,7 +25,7 @@ def id_storage(ids: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 def ids_arrow(ids: list[int]) -> pa.Array:
     """Tuple ids as Arrow, laid out as DuckDB's UHUGEINT arrives (16 bytes, little-endian)."""
-    return pa.array([i.to_bytes(16, "little") for i in ids], pa.binary(16))
+    return binary16([i.to_bytes(16, "little") for i in ids])
 
 
 def _words(ids: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -32,7 +36,7 @@ def _words(ids: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
     n = len(values)
     words = pa.Array.from_buffers(pa.uint64(), 2 * n, [None, values.buffers()[1]], offset=2 * values.offset)
     pairs = pa.FixedSizeListArray.from_arrays(words, 2)
-    return pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+    return pc.list_element(pairs, _LOW), pc.list_element(pairs, _HIGH)
 
 
 def index_in(values: pa.ChunkedArray | pa.Array, value_set: pa.ChunkedArray | pa.Array) -> pa.Array:

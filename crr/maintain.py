@@ -1,17 +1,19 @@
 """Apply a batch of augmented changes to a site, set-at-a-time, inside the caller's transaction.
 
-Local writes and merges both end here. A batch (:class:`Batch`) names, as FROM texts (temp tables,
-or subqueries over registered Arrow tables that are read once),
+Local writes and merges both end here. A batch (:class:`Batch`) holds
 
-* causal-length entries ``(id, rel, cl, kh, stamp)``,
-* base tuples ``(id, cols...)`` per replicated table,
-* derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view, remote table or source.
+* causal-length entries: a merge's :class:`~crr.causal.ReceivedEntries` or a local write's
+  :class:`~crr.causal.LocalEntries` (typed inputs: :mod:`crr.causal` builds every statement over
+  them);
+* as FROM texts (temp tables, or subqueries over Arrow slots that are read once), base tuples
+  ``(id, cols...)`` per replicated table, and derived tuples ``(vid, cols...)`` and monomials
+  ``(vid, ids)`` per view, remote table or source.
 
 :meth:`Maintainer.apply` then
 
 1. joins the causal lengths into ``_crr.cl`` (max of ``cl`` and of ``stamp``) and recomputes the
    visibility cache for the ids whose entries changed (and the other versions of their keys),
-   noting the ids whose visibility flipped (two statements);
+   noting the ids whose visibility flipped (one MERGE, after a count for keyed entries);
 2. adds new base tuples to the replicated tables' AUG state;
 3. adds (``+``) new monomials to the views, remote tables and sources that arrived directly (a source
    that keeps nothing passes them straight to its views);
@@ -40,12 +42,14 @@ import sqlglot
 from sqlglot import exp
 
 from crr import aggregate
+from crr.arrow_build import FALSE, int64_range, string_scalar
 from crr.arrow_result import arrow_rows
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.id_sets import all_in, id_storage, index_in
-from crr.causal import cl_merge_sql, present_key_versions_sql
+from crr.causal import (LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
+                        present_key_versions_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -66,22 +70,16 @@ class AppPatch(Enum):
 
 @dataclass
 class Batch:
-    """Where the changes to apply are read from: FROM texts (see the module docstring)."""
+    """Where the changes to apply are read from (see the module docstring)."""
 
-    cl: str | None = None  # FROM text (a temp table or a subquery) of the causal-length entries
+    received: ReceivedEntries | None = None  # a merge's causal-length entries (crr.causal)
+    local: LocalEntries | None = None  # a local write's exact growing entries (crr.causal)
     base: dict[str, str] = field(default_factory=dict)  # FROM texts of base tuples (id, cols...)
     derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # FROM texts (tuples, monomials)
-    cl_relation: str | None = None  # set when every causal-length entry is of this one relation
-    cl_keyed: bool | None = None  # whether some entries carry key hashes, when known
-    cl_unkeyed: bool | None = None  # whether some entries carry none, when known
-    # the table the entries are read from, set when no two keyed ones share a key hash: if no present
-    # stored entry of another id has one of their key hashes either, they merge by parity (crr.causal)
-    cl_key_probe: str | None = None
-    cl_changes: int | None = None  # set when ``cl`` holds exactly the growing entries, with old_vis
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
-    # set by the point path (crr.point), which wrote the table's causal lengths, AUG tuples and APP
-    # rows itself: FROM text of (id, rel, vis) of the ids whose visibility flipped; only the
-    # relations deriving from the table remain to maintain
+    # set by the point path (crr.point), which wrote the table's causal lengths (``local`` then has no
+    # table), AUG tuples and APP rows itself: FROM text of (id, rel, vis) of the ids whose visibility
+    # flipped; only the relations deriving from the table remain to maintain
     applied_flips: str | None = None
     # the same flips as Arrow (id, rel, vis), and the ids of the rows the write added that the table
     # did not hold before (the evidence crr.maintain needs to append to views without re-evaluating)
@@ -300,13 +298,13 @@ class Maintainer:
 
     def _take_applied(self, batch: Batch) -> None:
         """Steps 1 and 2 for a write the point path applied: note its flips and its delta."""
-        assert batch.cl_relation is not None and batch.applied_flips is not None
-        self.result.cl_changed = batch.cl_changes or 0
-        if batch.cl_changes:
-            self.flips, self.flipped_rels = batch.applied_flips, {batch.cl_relation}
+        assert batch.local is not None and batch.applied_flips is not None
+        self.result.cl_changed = batch.local.changes
+        if batch.local.changes:
+            self.flips, self.flipped_rels = batch.applied_flips, {batch.local.relation}
             self.written_arrow = batch.applied_flips_arrow
         if batch.applied_fresh is not None:
-            self.added_arrow[batch.cl_relation] = pa.table({"id": batch.applied_fresh})
+            self.added_arrow[batch.local.relation] = pa.table({"id": batch.applied_fresh})
         self.new_base.update(batch.base)
 
     # 1. causal lengths and visibility ------------------------------------------------------------
@@ -315,40 +313,34 @@ class Maintainer:
 
         A local write hands its exact growing entries (with their old visibility): one MERGE writes
         them, and visibility is plain parity (see :mod:`crr.writes`). A merge's entries are written
-        by one ``MERGE ... RETURNING`` (:func:`crr.causal.cl_merge_sql`) that recomputes visibility
-        key-wide and returns what it wrote, registered as the batch's flips.
+        by one ``MERGE ... RETURNING`` (:func:`crr.causal.cl_merge_sql`) that computes visibility
+        (by parity when a count finds no other present version of the keys; key-wide otherwise) and
+        returns what it wrote, registered as the batch's flips.
         """
-        if batch.cl is None:
+        if batch.local is not None:
+            self._write_local_cl(batch.local)
             return
-        if batch.cl_changes is not None:  # a local write: exact growing entries with old_vis
-            self._write_local_cl(batch)
+        received = batch.received
+        if received is None:
             return
-        single = bool(batch.cl_keyed and batch.cl_key_probe is not None
-                      and self.con.execute(present_key_versions_sql(batch.cl_key_probe)).fetchall()[0][0] == 0)
-        written = arrow_rows(self.con, cl_merge_sql(batch.cl, self.seq, batch.cl_keyed, batch.cl_unkeyed, single))
+        single = (received.some_keyed and received.one_per_key
+                  and self.con.execute(present_key_versions_sql(received)).fetchall()[0][0] == 0)
+        written = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
         self.result.cl_changed = written.num_rows
         if written.num_rows == 0:
             return
         self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', written)})"
         self.written_arrow = written
-        self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
+        self.flipped_rels = ({received.relation} if received.relation else
                              set(written.column("rel").unique().to_pylist()))
 
-    def _write_local_cl(self, batch: Batch) -> None:
-        """Write a local write's exact growing entries (``batch.cl``, with ``old_vis``) in one MERGE."""
-        assert batch.cl is not None
-        dcl, changed = batch.cl, batch.cl_changes or 0
-        self.result.cl_changed = changed
-        if changed == 0:
+    def _write_local_cl(self, local: LocalEntries) -> None:
+        """Write a local write's exact growing entries in one MERGE."""
+        self.result.cl_changed = local.changes
+        if local.changes == 0:
             return
-        vis = "(d.cl % 2 = 1)"
-        self.x(f"""MERGE INTO _crr.cl AS c USING {dcl} AS d ON c.id = d.id
-                   WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis}, seq = {self.seq}
-                   WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
-                        VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {self.seq})""")
-        self.flips = f"(SELECT d.id, d.rel, {vis} AS vis FROM {dcl} d WHERE {vis} <> d.old_vis)"
-        self.flipped_rels = ({batch.cl_relation} if batch.cl_relation else
-                             {r for (r,) in self.con.execute(f"SELECT DISTINCT rel FROM {dcl}").fetchall()})
+        self.x(local_cl_merge_sql(local, self.seq))
+        self.flips, self.flipped_rels = local_flips_sql(local), {local.relation}
 
     def _register(self, name: str, table: pa.Table) -> str:
         """Put an Arrow table in a slot for the rest of the batch; return the slot's quoted name."""
@@ -659,7 +651,8 @@ class Maintainer:
         """The rows of :attr:`written_arrow` (id, rel, vis) of one base relation."""
         assert self.written_arrow is not None
         if relation not in self._written_by:
-            self._written_by[relation] = self.written_arrow.filter(pc.equal(self.written_arrow.column("rel"), relation))
+            self._written_by[relation] = self.written_arrow.filter(
+                pc.equal(self.written_arrow.column("rel"), string_scalar(relation)))
         return self._written_by[relation]
 
     def _stored_inputs_holding(self, view: Relation, relation: str) -> set[str]:
@@ -758,7 +751,7 @@ def _bools(values: pa.Array) -> pa.Array:
     """A BOOLEAN column as Arrow booleans (DuckDB's lossless Arrow output sends ``arrow.bool8``, one
     byte a value)."""
     values = getattr(values, "storage", values)
-    return values if pa.types.is_boolean(values.type) else pc.not_equal(values, 0)
+    return values if pa.types.is_boolean(values.type) else pc.cast(values, pa.bool_())
 
 
 def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
@@ -769,9 +762,9 @@ def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
     at = index_in(flat, flips.column("id"))
     if at.null_count:
         return None
-    visible = pc.fill_null(_bools(pc.take(flips.column("vis").combine_chunks(), at)), False)
+    visible = pc.fill_null(_bools(pc.take(flips.column("vis").combine_chunks(), at)), FALSE)
     lengths = pc.min_max(pc.list_value_length(ids)).as_py()
     if lengths["min"] == lengths["max"] == 1:  # one id each: the ids line up with the monomials
         return visible
     dead = pc.unique(pc.filter(parents, pc.invert(visible)))
-    return pc.invert(pc.is_in(pa.array(range(monomials.num_rows), pa.int64()), value_set=pc.cast(dead, pa.int64())))
+    return pc.invert(pc.is_in(int64_range(monomials.num_rows), value_set=pc.cast(dead, pa.int64())))

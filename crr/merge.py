@@ -7,9 +7,11 @@ that could be forged is checked as it is read, by SQL that aborts the merge with
 
 * a tuple id must be the hash of its values, and a column this site declares NOT NULL must hold a
   value (:func:`tuple_check_sql`);
-* a causal-length entry needs an id, a relation and a length from 1 to :data:`MAX_CAUSAL_LENGTH`, a
-  stamp at most ``max_clock_skew`` seconds ahead, and a key hash exactly when its replicated table
-  is keyed, equal to the one recomputed from the values the changeset carries (:func:`cl_check_sql`).
+* a causal-length entry needs an id, a relation and a length from 1 to
+  :data:`crr.causal.MAX_CAUSAL_LENGTH`, a stamp at most ``max_clock_skew`` seconds ahead, and a key
+  hash exactly when its replicated table is keyed, equal to the one recomputed from the values the
+  changeset carries: the merge hands :mod:`crr.causal` a :class:`~crr.causal.ReceivedEntries`
+  saying so, and its statements check the entries as they read them.
 
 Schemas are compared before any data is read (:func:`check_schema`).
 """
@@ -29,11 +31,10 @@ from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import id_storage
+from crr.causal import KeyHashSource, ReceivedEntries
 from crr.maintain import Batch, BatchResult, cols_sql, temp_table
-from crr.types import key_hash_sql, quote_str, tuple_id_sql
+from crr.types import quote_str, tuple_id_sql
 from crr.sql.statements import RelationKind
-
-MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
 
 CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
     ON CONFLICT (peer, relation) DO UPDATE
@@ -140,40 +141,6 @@ def tuple_check_sql(rel: Relation, idcol: str) -> str:
     return f"CASE {' '.join(whens)} ELSE {idcol} END"
 
 
-def cl_check_sql(catalog: Catalog, view: str, interest: set[str], keyed_hashes: list[str],
-                 max_clock_skew: float) -> str:
-    """FROM text of a changeset's causal-length entries (registered as ``view``) that concern this
-    site (relations in ``interest``), checked as they are read (``error()`` aborts the merge; each
-    message names the relation); ``keyed_hashes`` are queries of (id, kh) recomputed from values."""
-    rels = ", ".join(quote_str(r) for r in sorted(interest)) or "NULL"
-    limit = ((int((time.time() + max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
-    keyed = sorted(r.name for r in catalog.values() if r.is_base and r.key)
-    unkeyed = sorted(r.name for r in catalog.values() if r.is_base and not r.key)
-    joined = f"(SELECT * FROM {view} WHERE rel IN ({rels}))"
-    kh = "e.kh"
-    if keyed_hashes:
-        joined = (f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({' UNION ALL '.join(keyed_hashes)}) h "
-                  "ON h.id = e.id)")
-        kh = ("CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "
-              "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "
-              "changeset is corrupt or forged') ELSE e.kh END")
-    keyed_sql = ", ".join(quote_str(r) for r in keyed) or "NULL"
-    unkeyed_sql = ", ".join(quote_str(r) for r in unkeyed) or "NULL"
-    return f"""(SELECT id, rel, CASE
-            WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
-                error('crr: causal-length entries need an id, a relation and a length >= 1')
-            WHEN cl > {MAX_CAUSAL_LENGTH} THEN
-                error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
-            WHEN stamp > {limit}::UHUGEINT THEN
-                error('crr: a stamp of ' || rel || ' is more than {max_clock_skew:g} s ahead of this site''s '
-                      || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
-            WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
-                error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
-            WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
-                error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
-            ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
-
-
 class MergeInputs:
     """The Arrow tables of one merge, registered with the connection (and some copied into temp
     tables), checked against the columns expected; :meth:`close` releases them after the transaction.
@@ -223,11 +190,10 @@ class MergeInputs:
         self.names.clear()
 
 
-def one_entry_per_key(entries: pa.Table) -> bool:
-    """Whether no two keyed causal-length entries share a key hash (then each may be its key's only
-    version, which :mod:`crr.causal` checks with one count before merging them by parity)."""
-    kh = id_storage(entries.column("kh"))
-    return pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
+def max_stamp(max_clock_skew: float) -> int:
+    """The largest stamp a received entry may carry: the largest :mod:`crr.clock` stamp of the
+    millisecond ``max_clock_skew`` seconds after this site's wall clock."""
+    return ((int((time.time() + max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
 
 
 def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
@@ -235,7 +201,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     """The batch of a changeset's held relations and causal lengths, every input checked as it is read."""
     batch = Batch()
     lineage: set[str] = set()
-    keyed_hashes: list[str] = []  # per keyed replicated table: (id, kh) recomputed from the values
+    key_hashes: list[KeyHashSource] = []  # keyed replicated tables' received tuples: key hashes to recompute
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -249,7 +215,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             if rel.is_base:
                 batch.base[rel.name] = tuples
                 if rel.key:
-                    keyed_hashes.append(f"SELECT id, {key_hash_sql(rel.name, rel.key_aug_columns)} AS kh FROM {view}")
+                    key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
             else:
                 batch.derived[rel.name] = (tuples, None)
             continue
@@ -267,14 +233,17 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         interest = set(lineage)
         for name in catalog:
             interest |= catalog.lineage(name)
-        # read straight from Arrow by the maintainer's one query over it (checked there)
+        # read straight from Arrow by the causal-length statements (checked there)
         view = inputs.register("_crr_in_cl", cs.cl, [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
                                                      ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-        batch.cl = cl_check_sql(catalog, view, interest, keyed_hashes, max_clock_skew)
-        nulls = cs.cl.column("kh").null_count
-        batch.cl_keyed, batch.cl_unkeyed = nulls < cs.cl.num_rows, nulls > 0
+        kh = id_storage(cs.cl.column("kh"))
         names = cs.cl.column("rel").unique().to_pylist()
-        batch.cl_relation = names[0] if len(names) == 1 else None
-        if one_entry_per_key(cs.cl):
-            batch.cl_key_probe = view
+        batch.received = ReceivedEntries(
+            table=view, relations=frozenset(interest),
+            keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key),
+            unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key),
+            key_hashes=tuple(key_hashes), max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
+            some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
+            one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
+            relation=names[0] if len(names) == 1 else None)
     return batch

@@ -37,6 +37,7 @@ from enum import Enum
 import duckdb
 import pyarrow as pa
 
+from crr.arrow_build import bools, strings
 from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
@@ -92,16 +93,14 @@ class PointResult:
         ids = [str(i) for i, _ in self.flips] + [str(i) for i, _ in self.added]
         vis = [v for _, v in self.flips] + [None] * len(self.added)
         values = [[None] * len(self.flips) + [row[k] for _, row in self.added] for k in range(n)]
-        return pa.table({"kind": pa.array(kinds, pa.string()), "id": pa.array(ids, pa.string()),
-                         "vis": pa.array(vis, pa.bool_()),
-                         **{f"v{k}": pa.array(values[k], pa.string()) for k in range(n)}})
+        return pa.table({"kind": strings(kinds), "id": strings(ids), "vis": bools(vis),
+                         **{f"v{k}": strings(values[k]) for k in range(n)}})
 
     def flips_arrow(self, rel: Relation) -> pa.Table:
         """The flips as the maintainer reads a batch's written entries: (id, rel, vis), ids laid out as
         DuckDB's UHUGEINT arrives."""
-        return pa.table({"id": ids_arrow([i for i, _ in self.flips]),
-                         "rel": pa.array([rel.name] * len(self.flips), pa.string()),
-                         "vis": pa.array([v for _, v in self.flips], pa.bool_())})
+        return pa.table({"id": ids_arrow([i for i, _ in self.flips]), "rel": strings([rel.name] * len(self.flips)),
+                         "vis": bools([v for _, v in self.flips])})
 
 
 def flips_sql(rel: Relation, table: str) -> str:

@@ -24,6 +24,7 @@ from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError,
 from crr.point import PointResult, PointWrite, added_sql, flips_sql, param_texts
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
+from crr.causal import LocalEntries
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
                        changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge)
@@ -488,7 +489,7 @@ class Site:
         added rows are read from one Arrow slot."""
         self._slots.put(POINT_TABLE, point.as_arrow(rel))
         try:
-            batch = Batch(cl_relation=rel.name, cl_changes=len(point.flips), local_write=True,
+            batch = Batch(local=LocalEntries(rel.name, len(point.flips), None), local_write=True,
                           applied_flips=flips_sql(rel, POINT_TABLE), applied_flips_arrow=point.flips_arrow(rel),
                           applied_fresh=ids_arrow(point.fresh))
             if point.added:

@@ -21,6 +21,7 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
+from crr.causal import LocalEntries
 from crr.maintain import AppPatch, Batch, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
@@ -81,8 +82,7 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
         SELECT id, any_value(rel) AS rel, any_value(kh) AS kh, max(cl) AS cl, max(stamp) AS stamp,
                any_value(old_vis) AS old_vis
         FROM ({' UNION ALL '.join(parts)}) GROUP BY id""")[0]
-    batch = Batch(cl=temp_table("_crr_wcl"), cl_relation=rel.name, cl_keyed=keyed, cl_unkeyed=not keyed,
-                  cl_changes=changes, local_write=True)
+    batch = Batch(local=LocalEntries(rel.name, changes, temp_table("_crr_wcl")), local_write=True)
     if new is not None:
         # (id, kh, cols...), one row per id: an INSERT may list a row twice, and a view's delta query
         # over one base table is trusted to yield each derivation once

@@ -24,6 +24,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
+from crr.causal import checked_entries_sql
 from crr.merge import MergeInputs, changeset_errors, plan_merge
 from crr.spark.encoding import binary_to_hugeint, hugeint_lists_to_binary, hugeint_to_binary, spark_type, stamp_from_spark, stamp_to_spark
 from crr.spark.maintain import SparkBatch
@@ -85,8 +86,8 @@ def check_changeset(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Change
                 con.execute(f"SELECT count(vid) FROM {tuples}").fetchall()
                 if monos is not None:
                     con.execute(f"SELECT count(ids) FROM {monos}").fetchall()
-            if batch.cl is not None:
-                con.execute(f"SELECT count(cl), count(kh) FROM {batch.cl}").fetchall()
+            if batch.received is not None:
+                con.execute(f"SELECT count(cl), count(kh) FROM {checked_entries_sql(batch.received)}").fetchall()
     finally:
         inputs.close(drop_tables=True)
 
