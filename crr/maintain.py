@@ -5,9 +5,9 @@ Local writes and merges both end here. A batch (:class:`Batch`) holds
 * causal-length entries: a merge's :class:`~crr.causal.ReceivedEntries` or a local write's
   :class:`~crr.causal.LocalEntries` (typed inputs: :mod:`crr.causal` builds every statement over
   them);
-* as FROM texts (temp tables, or subqueries over Arrow slots that are read once), base tuples
-  ``(id, cols...)`` per replicated table, and derived tuples ``(vid, cols...)`` and monomials
-  ``(vid, ids)`` per view, remote table or source.
+* as :class:`~crr.batch_rows.Rows` (where they are read and how, rendered by
+  :func:`crr.batch_rows.rows_sql` alone), base tuples ``(id, cols...)`` per replicated table, and
+  derived tuples ``(vid, cols...)`` and monomials ``(vid, ids)`` per view, remote table or source.
 
 :meth:`Maintainer.apply` then
 
@@ -43,6 +43,7 @@ from sqlglot import exp
 
 from crr import aggregate
 from crr.arrow_build import FALSE, int64_range, string_scalar
+from crr.batch_rows import Rows, rows_sql
 from crr.arrow_result import arrow_rows
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
@@ -74,8 +75,8 @@ class Batch:
 
     received: ReceivedEntries | None = None  # a merge's causal-length entries (crr.causal)
     local: LocalEntries | None = None  # a local write's exact growing entries (crr.causal)
-    base: dict[str, str] = field(default_factory=dict)  # FROM texts of base tuples (id, cols...)
-    derived: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # FROM texts (tuples, monomials)
+    base: dict[str, Rows] = field(default_factory=dict)  # base tuples (id, cols...) per replicated table
+    derived: dict[str, tuple[Rows, Rows | None]] = field(default_factory=dict)  # (tuples, monomials) per relation
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
     # set by the point path (crr.point), which wrote the table's causal lengths (``local`` then has no
     # table), AUG tuples and APP rows itself: FROM text of (id, rel, vis) of the ids whose visibility
@@ -262,10 +263,11 @@ class Maintainer:
             self._take_applied(batch)
         else:
             self._merge_cl(batch)
-            for rel, table in batch.base.items():
-                self._merge_base(self.rels[rel], table, batch.local_write)
+            for rel, rows in batch.base.items():
+                self._merge_base(self.rels[rel], rows_sql(self.rels[rel], rows), batch.local_write)
         for rel, (tuples, monos) in batch.derived.items():
-            self._merge_received(self.rels[rel], tuples, monos)
+            self._merge_received(self.rels[rel], rows_sql(self.rels[rel], tuples),
+                                 rows_sql(self.rels[rel], monos) if monos is not None else None)
         for name in view_order:
             with view_errors(name):
                 self._run_view(self.rels[name])
@@ -305,7 +307,7 @@ class Maintainer:
             self.written_arrow = batch.applied_flips_arrow
         if batch.applied_fresh is not None:
             self.added_arrow[batch.local.relation] = pa.table({"id": batch.applied_fresh})
-        self.new_base.update(batch.base)
+        self.new_base.update({rel: rows_sql(self.rels[rel], rows) for rel, rows in batch.base.items()})
 
     # 1. causal lengths and visibility ------------------------------------------------------------
     def _merge_cl(self, batch: Batch) -> None:

@@ -6,7 +6,7 @@ that could be forged is checked as it is read, by SQL that aborts the merge with
 (:func:`changeset_errors` turns that into a :class:`ChangesetError`):
 
 * a tuple id must be the hash of its values, and a column this site declares NOT NULL must hold a
-  value (:func:`tuple_check_sql`);
+  value (:func:`crr.batch_rows.tuple_check_sql`);
 * a causal-length entry needs an id, a relation and a length from 1 to
   :data:`crr.causal.MAX_CAUSAL_LENGTH`, a stamp at most ``max_clock_skew`` seconds ahead, and a key
   hash exactly when its replicated table is keyed, equal to the one recomputed from the values the
@@ -31,9 +31,9 @@ from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import id_storage
+from crr.batch_rows import Rows, RowsKind, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.maintain import Batch, BatchResult, cols_sql, temp_table
-from crr.types import quote_str, tuple_id_sql
 from crr.sql.statements import RelationKind
 
 CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
@@ -128,19 +128,6 @@ def newly_derived(held: list[tuple[Relation, RelationChanges]]) -> list[str]:
             and rc.kind is ChangeKind.DERIVED and not rel.derived]
 
 
-def tuple_check_sql(rel: Relation, idcol: str) -> str:
-    """SQL yielding ``idcol`` of received tuples, aborting the merge (``error()``) when an id is not
-    the hash of its values or a column this site declares NOT NULL holds NULL."""
-    forged = quote_str(f"crr: tuple ids of {rel.name} do not match their values; the changeset is corrupt "
-                       "or forged")
-    whens = [f"WHEN {idcol} IS DISTINCT FROM {tuple_id_sql(rel.name, rel.aug_columns)} THEN error({forged})"]
-    for name in rel.not_null:
-        null = quote_str(f"crr: relation {rel.name}: the changeset holds NULL in column {name}, which this "
-                         "site declares NOT NULL; declare it alike at every site (or without NOT NULL here)")
-        whens.append(f"WHEN {rel.aug_column(name)} IS NULL THEN error({null})")
-    return f"CASE {' '.join(whens)} ELSE {idcol} END"
-
-
 class MergeInputs:
     """The Arrow tables of one merge, registered with the connection (and some copied into temp
     tables), checked against the columns expected; :meth:`close` releases them after the transaction.
@@ -205,21 +192,21 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
-        check = tuple_check_sql(rel, idcol)
         as_id = "id" if rel.is_base else "vid"
         expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
         if rc.kind is ChangeKind.BASE:
             # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
             view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
-            tuples = f"(SELECT {check} AS {as_id}, {cols_sql(rel)} FROM {view})"
+            received = Rows(view, RowsKind.RECEIVED, idcol)
             if rel.is_base:
-                batch.base[rel.name] = tuples
+                batch.base[rel.name] = received
                 if rel.key:
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
             else:
-                batch.derived[rel.name] = (tuples, None)
+                batch.derived[rel.name] = (received, None)
             continue
-        tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name, f"{check} AS {as_id}, {cols_sql(rel)}")
+        tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name,
+                             f"{tuple_check_sql(rel, idcol)} AS {as_id}, {cols_sql(rel)}")
         if rc.monos is None:
             raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
         monos = inputs.load(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
@@ -228,7 +215,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         orphans = con.execute(f"SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t ON t.vid = m.vid").fetchall()[0][0]
         if orphans:
             raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials without their tuples")
-        batch.derived[rel.name] = (tuples, monos)
+        batch.derived[rel.name] = (Rows(tuples, RowsKind.CHECKED), Rows(monos, RowsKind.CHECKED))
     if cs.cl is not None and cs.cl.num_rows and held:
         interest = set(lineage)
         for name in catalog:

@@ -87,7 +87,7 @@ class PointResult:
 
     def as_arrow(self, rel: Relation) -> pa.Table:
         """The flips (``kind`` 'f') and added rows (``kind`` 'n') as one table of texts, read by
-        :func:`flips_sql` and :func:`added_sql`."""
+        :func:`flips_sql` and :func:`crr.batch_rows.rows_sql` (``RowsKind.POINT_ADDED``)."""
         n = len(rel.columns)
         kinds = ["f"] * len(self.flips) + ["n"] * len(self.added)
         ids = [str(i) for i, _ in self.flips] + [str(i) for i, _ in self.added]
@@ -106,12 +106,6 @@ class PointResult:
 def flips_sql(rel: Relation, table: str) -> str:
     """FROM text of ``(id, rel, vis)`` of the flips in a registered :meth:`PointResult.as_arrow` table."""
     return f"(SELECT CAST(id AS UHUGEINT) AS id, {quote_str(rel.name)} AS rel, vis FROM {table} WHERE kind = 'f')"
-
-
-def added_sql(rel: Relation, table: str) -> str:
-    """FROM text of ``(id, c0, c1, ...)`` of the added rows in a registered :meth:`PointResult.as_arrow` table."""
-    cols = ", ".join(f"{text_value_sql(f'v{k}', c.type)} AS c{k}" for k, c in enumerate(rel.columns))
-    return f"(SELECT CAST(id AS UHUGEINT) AS id, {cols} FROM {table} WHERE kind = 'n')"
 
 
 @dataclass

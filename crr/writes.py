@@ -21,6 +21,7 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
+from crr.batch_rows import Rows, RowsKind
 from crr.causal import LocalEntries
 from crr.maintain import AppPatch, Batch, cols_sql, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
@@ -86,8 +87,7 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     if new is not None:
         # (id, kh, cols...), one row per id: an INSERT may list a row twice, and a view's delta query
         # over one base table is trusted to yield each derivation once
-        batch.base[rel.name] = (f"(SELECT * FROM {temp_table('_crr_wnew')} WHERE rowid IN "
-                                f"(SELECT min(rowid) FROM {temp_table('_crr_wnew')} GROUP BY id))")
+        batch.base[rel.name] = Rows(temp_table("_crr_wnew"), RowsKind.WRITTEN)
     # The APP table equals the visible state, so the statement's own rows are exactly what appears
     # in it (new rows turned visible) and leaves it (old rows turned invisible).
     rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in

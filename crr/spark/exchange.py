@@ -24,6 +24,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
+from crr.batch_rows import rows_sql
 from crr.causal import checked_entries_sql
 from crr.merge import MergeInputs, changeset_errors, plan_merge
 from crr.spark.encoding import binary_to_hugeint, hugeint_lists_to_binary, hugeint_to_binary, spark_type, stamp_from_spark, stamp_to_spark
@@ -80,12 +81,12 @@ def check_changeset(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Change
     try:
         with changeset_errors():
             batch = plan_merge(con, catalog, cs, held, inputs, max_clock_skew)
-            for name, tuples in batch.base.items():
-                con.execute(f"SELECT count(id) FROM {tuples}").fetchall()
+            for name, rows in batch.base.items():
+                con.execute(f"SELECT count(id) FROM {rows_sql(catalog[name], rows)}").fetchall()
             for name, (tuples, monos) in batch.derived.items():
-                con.execute(f"SELECT count(vid) FROM {tuples}").fetchall()
+                con.execute(f"SELECT count(vid) FROM {rows_sql(catalog[name], tuples)}").fetchall()
                 if monos is not None:
-                    con.execute(f"SELECT count(ids) FROM {monos}").fetchall()
+                    con.execute(f"SELECT count(ids) FROM {rows_sql(catalog[name], monos)}").fetchall()
             if batch.received is not None:
                 con.execute(f"SELECT count(cl), count(kh) FROM {checked_entries_sql(batch.received)}").fetchall()
     finally:
