@@ -50,7 +50,7 @@ def test_int64_range_and_scalars(n: int) -> None:
     assert FALSE.equals(pa.scalar(False)) and pc.fill_null(pa.array([None, True]), FALSE).to_pylist() == [False, True]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed, so pyarrow cannot import it: nothing to check (the test extras install it)")
 def test_writes_and_merges_do_not_import_pandas(tmp_path) -> None:
     """In a fresh process: single-row INSERT, UPDATE and DELETE on a keyed table with a projection
     and a self-join view, and a merge of their changes into another site, leave pandas unimported."""
