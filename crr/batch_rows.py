@@ -4,7 +4,9 @@ A merge, a batch write and a point write each leave the rows a batch adds somewh
 or a temp table) and hand the maintainer a :class:`Rows` saying where and how to read them; only
 :func:`rows_sql` turns that into the FROM text the maintainer's statements read. A received table is
 checked as it is read (:func:`tuple_check_sql`): a tuple id must be the hash of its values, and a
-column this site declares NOT NULL must hold a value.
+column this site declares NOT NULL must hold a value. A point write's flips are rows too
+(``RowsKind.POINT_FLIPS``), and a batch write's exact APP changes are a :class:`WrittenChanges`,
+rendered by :func:`written_app_changes_sql`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class RowsKind(Enum):
     CHECKED = "checked"  # rows already checked as they were copied (a received derived relation's)
     WRITTEN = "written"  # a batch write's rows (id, kh, c0, ...), an id possibly more than once
     POINT_ADDED = "point added"  # a point write's added rows, as texts (crr.point.PointResult.as_arrow)
+    POINT_FLIPS = "point flips"  # a point write's flips (id, rel, vis), from the same Arrow table
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,34 @@ class Rows:
     table: str
     kind: RowsKind
     id_column: str = "id"
+
+
+@dataclass(frozen=True)
+class WrittenChanges:
+    """A batch write's exact APP changes: its entries table (``id, cl, old_vis``: the length after
+    the write and the visibility before), and the rows the statement removed and added (``WRITTEN``
+    rows, either may be absent). A row whose visibility the write flipped enters or leaves the APP
+    table; nothing else changes (see :mod:`crr.writes`)."""
+
+    entries: str
+    old: Rows | None
+    new: Rows | None
+
+
+def cols_sql(rel: Relation, qualifier: str = "") -> str:
+    """Comma-separated AUG column list of a relation (``c0, c1, ...``), optionally qualified."""
+    q = f"{qualifier}." if qualifier else ""
+    return ", ".join(q + c.name for c in rel.aug_columns)
+
+
+def written_app_changes_sql(rel: Relation, changes: WrittenChanges) -> str:
+    """SQL of a batch write's APP changes ``(c0, c1, ..., keep)``: the written rows whose visibility
+    flipped, ``keep`` true for a row that entered the APP table, false for one that left it."""
+    rows = [f"SELECT id, {cols_sql(rel)} FROM {r.table}" for r in (changes.old, changes.new) if r is not None]
+    return f"""
+        SELECT DISTINCT ON (w.id) {cols_sql(rel, "w")}, d.cl % 2 = 1 AS keep
+        FROM ({' UNION ALL '.join(rows)}) w JOIN {changes.entries} d ON d.id = w.id
+        WHERE (d.cl % 2 = 1) <> d.old_vis"""
 
 
 def tuple_check_sql(rel: Relation, idcol: str) -> str:
@@ -51,8 +82,8 @@ def tuple_check_sql(rel: Relation, idcol: str) -> str:
 def rows_sql(rel: Relation, rows: Rows) -> str:
     """FROM text of the rows of ``rel`` that ``rows`` names: ``(id, c0, c1, ...)`` for a base
     relation, ``(vid, c0, c1, ...)`` for a view, remote table or source (a written table keeps its
-    ``kh`` column; a checked copy is read as it is)."""
-    cols = ", ".join(c.name for c in rel.aug_columns)
+    ``kh`` column; a checked copy is read as it is); for ``POINT_FLIPS``, ``(id, rel, vis)``."""
+    cols = cols_sql(rel)
     if rows.kind is RowsKind.RECEIVED:
         as_id = "id" if rel.is_base else "vid"
         return f"(SELECT {tuple_check_sql(rel, rows.id_column)} AS {as_id}, {cols} FROM {rows.table})"
@@ -61,4 +92,6 @@ def rows_sql(rel: Relation, rows: Rows) -> str:
     if rows.kind is RowsKind.POINT_ADDED:
         texts = ", ".join(f"{text_value_sql(f'v{k}', c.type)} AS c{k}" for k, c in enumerate(rel.columns))
         return f"(SELECT CAST(id AS UHUGEINT) AS id, {texts} FROM {rows.table} WHERE kind = 'n')"
+    if rows.kind is RowsKind.POINT_FLIPS:
+        return f"(SELECT CAST(id AS UHUGEINT) AS id, {quote_str(rel.name)} AS rel, vis FROM {rows.table} WHERE kind = 'f')"
     return rows.table

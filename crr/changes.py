@@ -19,7 +19,7 @@ import pyarrow as pa
 from crr.arrow_result import arrow_rows
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, RelationChanges
-from crr.maintain import cols_sql
+from crr.batch_rows import cols_sql
 from crr.types import quote_str
 
 

@@ -43,7 +43,7 @@ from sqlglot import exp
 
 from crr import aggregate
 from crr.arrow_build import FALSE, int64_range, string_scalar
-from crr.batch_rows import Rows, rows_sql
+from crr.batch_rows import Rows, WrittenChanges, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
@@ -79,15 +79,15 @@ class Batch:
     derived: dict[str, tuple[Rows, Rows | None]] = field(default_factory=dict)  # (tuples, monomials) per relation
     local_write: bool = False  # a local write: ``base`` holds the written rows, some maybe known already
     # set by the point path (crr.point), which wrote the table's causal lengths (``local`` then has no
-    # table), AUG tuples and APP rows itself: FROM text of (id, rel, vis) of the ids whose visibility
-    # flipped; only the relations deriving from the table remain to maintain
-    applied_flips: str | None = None
+    # table), AUG tuples and APP rows itself: the (id, rel, vis) of the ids whose visibility flipped
+    # (RowsKind.POINT_FLIPS); only the relations deriving from the table remain to maintain
+    applied_flips: Rows | None = None
     # the same flips as Arrow (id, rel, vis), and the ids of the rows the write added that the table
     # did not hold before (the evidence crr.maintain needs to append to views without re-evaluating)
     applied_flips_arrow: pa.Table | None = None
     applied_fresh: pa.Array | None = None
-    # relation -> (SQL of exact APP changes (cols, keep), which kinds of change occur)
-    app_changes: dict[str, tuple[str, AppPatch]] = field(default_factory=dict)
+    # relation -> a batch write's exact APP changes (crr.writes)
+    app_changes: dict[str, WrittenChanges] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,12 +121,6 @@ class BatchResult:
 def temp_table(name: str) -> str:
     """Qualified name of a connection-local temp table."""
     return f"temp.main.{quote_ident(name)}"
-
-
-def cols_sql(rel: Relation, qualifier: str = "") -> str:
-    """Comma-separated AUG column list of a relation (``c0, c1, ...``), optionally qualified."""
-    q = f"{qualifier}." if qualifier else ""
-    return ", ".join(q + c.name for c in rel.aug_columns)
 
 
 def app_cols_sql(rel: Relation, qualifier: str = "") -> str:
@@ -303,7 +297,8 @@ class Maintainer:
         assert batch.local is not None and batch.applied_flips is not None
         self.result.cl_changed = batch.local.changes
         if batch.local.changes:
-            self.flips, self.flipped_rels = batch.applied_flips, {batch.local.relation}
+            self.flips = rows_sql(self.rels[batch.local.relation], batch.applied_flips)
+            self.flipped_rels = {batch.local.relation}
             self.written_arrow = batch.applied_flips_arrow
         if batch.applied_fresh is not None:
             self.added_arrow[batch.local.relation] = pa.table({"id": batch.applied_fresh})
@@ -709,7 +704,10 @@ class Maintainer:
         """
         exact = self.batch.app_changes.get(rel.name) if self.batch else None
         if exact is not None:
-            ins, dele = apply_app_changes(self.con, rel, *exact)
+            # a plain INSERT only adds rows and a DELETE only removes them: they need no MERGE
+            mode = (AppPatch.MERGE if exact.old is not None and exact.new is not None
+                    else AppPatch.INSERT if exact.new is not None else AppPatch.DELETE)
+            ins, dele = apply_app_changes(self.con, rel, written_app_changes_sql(rel, exact), mode)
             counts = self.counts(rel.name)
             counts.inserted += ins
             counts.deleted += dele

@@ -31,9 +31,9 @@ from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import id_storage
-from crr.batch_rows import Rows, RowsKind, tuple_check_sql
+from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
-from crr.maintain import Batch, BatchResult, cols_sql, temp_table
+from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
 
 CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)

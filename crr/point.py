@@ -87,7 +87,7 @@ class PointResult:
 
     def as_arrow(self, rel: Relation) -> pa.Table:
         """The flips (``kind`` 'f') and added rows (``kind`` 'n') as one table of texts, read by
-        :func:`flips_sql` and :func:`crr.batch_rows.rows_sql` (``RowsKind.POINT_ADDED``)."""
+        :func:`crr.batch_rows.rows_sql` (``RowsKind.POINT_FLIPS`` and ``RowsKind.POINT_ADDED``)."""
         n = len(rel.columns)
         kinds = ["f"] * len(self.flips) + ["n"] * len(self.added)
         ids = [str(i) for i, _ in self.flips] + [str(i) for i, _ in self.added]
@@ -101,11 +101,6 @@ class PointResult:
         DuckDB's UHUGEINT arrives."""
         return pa.table({"id": ids_arrow([i for i, _ in self.flips]), "rel": strings([rel.name] * len(self.flips)),
                          "vis": bools([v for _, v in self.flips])})
-
-
-def flips_sql(rel: Relation, table: str) -> str:
-    """FROM text of ``(id, rel, vis)`` of the flips in a registered :meth:`PointResult.as_arrow` table."""
-    return f"(SELECT CAST(id AS UHUGEINT) AS id, {quote_str(rel.name)} AS rel, vis FROM {table} WHERE kind = 'f')"
 
 
 @dataclass

@@ -21,10 +21,10 @@ from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
-from crr.point import PointResult, PointWrite, flips_sql, param_texts
+from crr.point import PointResult, PointWrite, param_texts
 from crr.id_sets import ids_arrow
-from crr.maintain import Batch, BatchResult, Maintainer, cols_sql
-from crr.batch_rows import Rows, RowsKind
+from crr.maintain import Batch, BatchResult, Maintainer
+from crr.batch_rows import Rows, RowsKind, cols_sql
 from crr.causal import LocalEntries
 from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
@@ -491,7 +491,7 @@ class Site:
         self._slots.put(POINT_TABLE, point.as_arrow(rel))
         try:
             batch = Batch(local=LocalEntries(rel.name, len(point.flips), None), local_write=True,
-                          applied_flips=flips_sql(rel, POINT_TABLE), applied_flips_arrow=point.flips_arrow(rel),
+                          applied_flips=Rows(POINT_TABLE, RowsKind.POINT_FLIPS), applied_flips_arrow=point.flips_arrow(rel),
                           applied_fresh=ids_arrow(point.fresh))
             if point.added:
                 batch.base[rel.name] = Rows(POINT_TABLE, RowsKind.POINT_ADDED)

@@ -21,9 +21,9 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ConstraintError
-from crr.batch_rows import Rows, RowsKind
+from crr.batch_rows import Rows, RowsKind, WrittenChanges, cols_sql
 from crr.causal import LocalEntries
-from crr.maintain import AppPatch, Batch, cols_sql, temp_table
+from crr.maintain import Batch, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
 
@@ -84,21 +84,15 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
                any_value(old_vis) AS old_vis
         FROM ({' UNION ALL '.join(parts)}) GROUP BY id""")[0]
     batch = Batch(local=LocalEntries(rel.name, changes, temp_table("_crr_wcl")), local_write=True)
-    if new is not None:
+    written_old = Rows(temp_table("_crr_wold"), RowsKind.WRITTEN) if old is not None else None
+    written_new = Rows(temp_table("_crr_wnew"), RowsKind.WRITTEN) if new is not None else None
+    if written_new is not None:
         # (id, kh, cols...), one row per id: an INSERT may list a row twice, and a view's delta query
         # over one base table is trusted to yield each derivation once
-        batch.base[rel.name] = Rows(temp_table("_crr_wnew"), RowsKind.WRITTEN)
+        batch.base[rel.name] = written_new
     # The APP table equals the visible state, so the statement's own rows are exactly what appears
     # in it (new rows turned visible) and leaves it (old rows turned invisible).
-    rows = [f"SELECT id, {cols_sql(rel)} FROM {temp_table(t)}" for t, given in
-            (("_crr_wold", old), ("_crr_wnew", new)) if given is not None]
-    # An INSERT only adds rows and a DELETE only removes them, so they need no MERGE.
-    mode = (AppPatch.MERGE if old is not None and new is not None else AppPatch.INSERT if new is not None
-            else AppPatch.DELETE)
-    batch.app_changes[rel.name] = (f"""
-        SELECT DISTINCT ON (w.id) {cols}, d.cl % 2 = 1 AS keep
-        FROM ({' UNION ALL '.join(rows)}) w JOIN {temp_table('_crr_wcl')} d ON d.id = w.id
-        WHERE (d.cl % 2 = 1) <> d.old_vis""", mode)
+    batch.app_changes[rel.name] = WrittenChanges(temp_table("_crr_wcl"), written_old, written_new)
     return batch, count
 
 
