@@ -499,19 +499,19 @@ def test_state_shape_picks_cheaper_membership_plans_and_grows_with_the_state(spa
     for s in (duck, site):
         s.execute("CREATE REMOTE SOURCE u (x INTEGER)")
         s.execute("CREATE MATERIALIZED VIEW big AS SELECT x FROM u WHERE x > 1")
-    assert _shape(site) == {"keyed": False, "wide": []}
+    assert _shape(site) == {"keyed": False, "wide": [], "versions": False}
     edge.execute("INSERT INTO r VALUES (1, 10), (2, 20), (3, 30)")
     cursor = edge.cursor
     for s in (duck, site):
         s.merge(edge.changes(relations=["u"]).to_bytes())
-    assert _shape(site) == {"keyed": False, "wide": []}  # each row of u derives from one tuple of r
+    assert _shape(site) == {"keyed": False, "wide": [], "versions": False}  # each row of u derives from one tuple of r
     assert _spark_rows(site, "big") == _duck(duck, "big") == [(2,), (3,)]
     edge.execute("INSERT INTO s VALUES (20, 0), (40, 0)")  # (4, 40) derives from r JOIN s only: two ids
     edge.execute("DELETE FROM r WHERE a = 2")
     edge.execute("INSERT INTO r VALUES (4, 40)")
     for s in (duck, site):
         s.merge(edge.changes(since=cursor, relations=["u"]).to_bytes())
-    assert _shape(site) == {"keyed": False, "wide": ["u"]}
+    assert _shape(site) == {"keyed": False, "wide": ["u"], "versions": False}
     assert _spark_rows(site, "big") == _duck(duck, "big") == [(3,), (4,)]
     # a wide monomial dies with either of its ids: one losing its s tuple, one its r tuple
     cursor = edge.cursor
@@ -533,15 +533,15 @@ def test_state_shape_picks_cheaper_membership_plans_and_grows_with_the_state(spa
     keyed.execute("UPDATE k SET v = 'ONE' WHERE id = 1")
     for s in (duck, site):
         s.merge(keyed.changes().to_bytes())
-    assert _shape(site) == {"keyed": True, "wide": ["u"]}
+    assert _shape(site) == {"keyed": True, "wide": ["u"], "versions": True}
     assert _spark_rows(site, "k") == _duck(duck, "k") == [(1, "ONE"), (2, "two")]
     site.close()
     reopened = SparkSite(spark, str(tmp_path / "site"))
-    assert _shape(reopened) == {"keyed": True, "wide": ["u"]}
+    assert _shape(reopened) == {"keyed": True, "wide": ["u"], "versions": True}
     # a manifest written before the shape was kept: every received relation counts as wide, entries as keyed
     from crr.spark.tables import StateShape
     legacy = {k: v for k, v in reopened._store.meta.items() if k != "shape"}
-    assert StateShape.from_meta(legacy, ["u"]) == StateShape(keyed=True, wide=frozenset({"u"}))
+    assert StateShape.from_meta(legacy, ["u"]) == StateShape(keyed=True, wide=frozenset({"u"}), versions=True)
     reopened.close()
 
 

@@ -8,8 +8,11 @@ The same steps as the DuckDB maintainer (:mod:`crr.maintain`), as Spark jobs:
 3. derivations of remote tables and sources a relation lacks are appended to ``m:<r>``;
 4. views, in dependency order, run the compiler's delta plans (:meth:`crr.sql.compile.ViewPlan.delta_queries`,
    transpiled to Spark SQL) over the deltas and the state, and append the derivations they lack;
-5. every relation whose membership may have changed gets its APP table recomputed from its AUG
-   state and the visibility of the ids (``in?``), as one replacement part.
+5. every relation whose membership may have changed gets its APP table patched from what the batch
+   changed (:mod:`crr.spark.membership`: the ids whose visibility flipped, read off the entries step 1
+   wrote, and the new tuples and derivations), as one replacement part; when flips cannot be read off
+   the entries (a keyed UPDATE, concurrent versions of a key), membership is recomputed from the
+   whole state instead.
 
 The AUG steps are the monotone part: appends only, each a Spark job over the batch joined with the
 state. Step 5 is the one non-monotone part; it rewrites the relation's APP table (see the README's
@@ -32,9 +35,11 @@ from crr.errors import SqlError
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
+from crr.spark.membership import (count_changes, full_counts, key_versions, parity_flips, patched_base_app,
+                                  patched_counts, visible_after)
 from crr.spark.store import Transaction
-from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, aug_cols, base_app, current_cl, derived_app,
-                              monos_key, tuples_key, visibility)
+from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl, monos_key,
+                              tuples_key, visibility)
 
 _names = itertools.count()
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
@@ -93,6 +98,8 @@ class SparkMaintainer:
         self.result = SparkResult()
         self.delta: dict[str, DataFrame] = {}  # relation -> its new AUG rows (tuples or derivations)
         self.flipped: set[str] = set()  # base relations some of whose entries grew
+        self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (cached)
+        self.keyed_batch = False  # whether some entry of the batch may carry a key hash
         self._temp: list[str] = []
 
     def close(self) -> None:
@@ -100,6 +107,9 @@ class SparkMaintainer:
         for name in self._temp:
             self.spark.catalog.dropTempView(name)
         self._temp.clear()
+        if self.written is not None:
+            self.written.unpersist()
+            self.written = None
 
     def _view(self, df: DataFrame) -> str:
         name = f"crr_tmp_{next(_names)}"
@@ -113,13 +123,14 @@ class SparkMaintainer:
         self.shape = self.shape.grown(batch.cl is not None and batch.cl_keyed, batch.wide)
         self.txn.meta["shape"] = self.shape.to_meta()  # committed with the batch
         if batch.cl is not None:
+            self.keyed_batch = batch.cl_keyed
             self._merge_cl(batch.cl, batch.cl_relations)
         self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df) for name, df in batch.base.items()]
                        + [lambda n=name, df=df: self._add_derivations(self.rels[n], df)
                           for name, df in batch.derived.items()])
         for level in self._levels(view_order):
             self._parallel([lambda n=name: self._run_view(self.rels[n]) for name in level])
-        self._refresh_app()
+        self._membership()
         return self.result
 
     @staticmethod
@@ -151,7 +162,7 @@ class SparkMaintainer:
             rel = self.rels[name]
             self.delta[name] = self.txn.read(tuples_key(rel) if rel.is_base else monos_key(rel))
         self._run_view(view)
-        self.txn.replace(app_key(view), derived_app(view, self.txn.read(monos_key(view)), self._visibility(),
+        self.txn.replace(app_key(view), full_counts(view, self.txn.read(monos_key(view)), self._visibility(),
                                                     self.shape.narrow(view, self.rels)))
         self.result.refreshed.append(view.name)
         return self.result
@@ -159,14 +170,17 @@ class SparkMaintainer:
     def _merge_cl(self, entries: DataFrame, relations: set[str]) -> None:
         """Append the entries that grow an id's current one (one job). An id's relation and key hash
         never change: entries disagreeing with each other or with the stored ones fail the job
-        (``raise_error``), which aborts the transaction. ``relations``: the relations of the entries."""
+        (``raise_error``), which aborts the transaction. ``relations``: the relations of the entries.
+
+        The entries written are kept (cached) with their length before (``o_cl``, null for a new id),
+        from which step 5 reads the flips."""
         merged = entries.groupBy("id").agg(
             F.min("rel").alias("rel"), F.min("kh").alias("kh"), F.max("cl").alias("cl"), F.max("stamp").alias("stamp"),
             ((F.min("rel") != F.max("rel")) | ~F.min("kh").eqNullSafe(F.max("kh"))
              | ((F.count("kh") > 0) & (F.count("kh") < F.count(F.lit(1))))).alias("mixed"))
-        old = current_cl(self.txn.read(CL)).select(
-            "id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
-            F.col("stamp").alias("o_stamp"))
+        current = current_cl(self.txn.read(CL))
+        old = current.select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
+                             F.col("stamp").alias("o_stamp"))
         joined = merged.join(old, "id", "left")
         forged = F.col("mixed") | (F.col("o_rel").isNotNull()
                                    & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh"))))
@@ -175,12 +189,16 @@ class SparkMaintainer:
         cl = F.when(forged, F.raise_error(F.lit(FORGED_ENTRIES))).otherwise(F.greatest("cl", "o_cl"))
         written = joined.where(grew | forged).select(
             "id", "rel", cl.cast("int").alias("cl"), "kh", F.greatest("stamp", "o_stamp").alias("stamp"),
-            F.lit(self.seq).alias("seq"))
+            F.lit(self.seq).alias("seq"), "o_cl").cache()  # kept for the flips (step 5)
         # compaction keeps each id's current entry only (its newest row already holds the maxima)
-        _, rows = self.txn.append(CL, written, compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
+        _, rows = self.txn.append(CL, written.select(*CL_COLUMNS),
+                                  compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
         if rows:
             self.result.cl_changed = rows
             self.flipped = set(relations)
+            self.written = written
+        else:
+            written.unpersist()
 
     def _add_tuples(self, rel: Relation, tuples: DataFrame) -> None:
         """Append the base tuples ``rel`` lacks; they are its delta."""
@@ -236,28 +254,77 @@ class SparkMaintainer:
     def _visibility(self) -> DataFrame:
         return visibility(current_cl(self.txn.read(CL)), self.shape.keyed)
 
-    def _refresh_app(self) -> None:
-        """Recompute the APP table of every relation whose membership may have changed."""
+    def _membership(self) -> None:
+        """Patch the APP table of every relation whose membership may have changed, or recompute them
+        when the batch's flips cannot be read off its entries (see :mod:`crr.spark.membership`)."""
         todo = []
         for rel in self.rels.values():
-            if not rel.has_app:
-                continue
             lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
-            if rel.name in self.delta or lineage & self.flipped:
+            if rel.has_app and (rel.name in self.delta or lineage & self.flipped):
                 todo.append(rel)
+        cl = self.txn.read(CL)
+        keyed = self.written is not None and self.keyed_batch
         if not todo:
+            if keyed and not self.shape.versions:
+                self._flips_are_parities(cl)  # keeps StateShape.versions true to the state
             return
+        if keyed and not self._flips_are_parities(cl):
+            self._recompute_app(todo)
+            return
+        flips = parity_flips(self.written) if self.written is not None else None
+        vis_after = visible_after(cl, self.written, self.shape.keyed)
+
+        def patch(rel: Relation) -> None:
+            lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
+            mine = flips.where(F.col("rel").isin(sorted(lineage))) if flips is not None and lineage & self.flipped \
+                else None
+            app = self.txn.read(app_key(rel))
+            if rel.is_base:
+                new = self.delta[rel.name].select("id") if rel.name in self.delta else None
+                patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, new, vis_after)
+            else:
+                old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
+                changes = count_changes(rel, old, self.delta.get(rel.name), mine, vis_after,
+                                        self.shape.narrow(rel, self.rels))
+                patched = patched_counts(rel, app, changes)
+            self.txn.replace(app_key(rel), patched)
+        self._parallel([lambda r=rel: patch(r) for rel in todo])
+        self.result.refreshed.extend(rel.name for rel in todo)
+
+    def _flips_are_parities(self, cl: DataFrame) -> bool:
+        """Whether no written keyed entry has a rival version of its key (one job; see
+        :func:`crr.spark.membership.key_versions`). Finding another version of a key records that
+        keys may have several (:class:`~crr.spark.tables.StateShape`), so later batches look up
+        every keyed entry's key, not only new ids' keys."""
+        assert self.written is not None
+        found = key_versions(self.written, cl, new_ids_only=not self.shape.versions).agg(
+            F.count(F.lit(1)).alias("versions"), F.max(F.col("rival").cast("int")).alias("rivals")).collect()[0]
+        if found["versions"] and not self.shape.versions:
+            self.shape = self.shape.grown(False, set(), versions=True)
+            self.txn.meta["shape"] = self.shape.to_meta()
+        return not found["rivals"]
+
+    def recount(self) -> None:
+        """Give every view and remote table a counted APP table computed from the whole state (a site
+        stored before APP tables held counts)."""
+        todo = [rel for rel in self.rels.values() if rel.has_app and not rel.is_base]
+        for rel in todo:
+            self.txn.create(app_key(rel), app_schema(rel))
+        if todo:
+            self._recompute_app(todo)
+
+    def _recompute_app(self, todo: list[Relation]) -> None:
+        """Recompute the APP tables of ``todo`` from the whole AUG state and every id's visibility."""
         vis = self._visibility().cache()
 
         def refresh(rel: Relation) -> None:
             if rel.is_base:
                 app = base_app(rel, self.txn.read(tuples_key(rel)), vis)
             else:
-                app = derived_app(rel, self.txn.read(monos_key(rel)), vis, self.shape.narrow(rel, self.rels))
+                app = full_counts(rel, self.txn.read(monos_key(rel)), vis, self.shape.narrow(rel, self.rels))
             self.txn.replace(app_key(rel), app)
         try:
             self._parallel([lambda r=rel: refresh(r) for rel in todo])
             self.result.refreshed.extend(rel.name for rel in todo)
         finally:
             vis.unpersist()
-

@@ -35,7 +35,7 @@ from crr.merge import grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
-from crr.spark.store import Store, Transaction
+from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
 from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
@@ -98,6 +98,20 @@ class SparkSite:
             catalog = catalog.with_(rel)
         self._catalog = catalog
         self._closed = False
+        if self._store.version < STORE_VERSION:
+            self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Bring a site an older crr stored (version 1: APP tables without counts) to this version, in
+        one transaction: every view's and remote table's counted APP table is computed from its state."""
+        def work(txn: Transaction, catalog: Catalog):
+            m = SparkMaintainer(self.spark, txn, catalog, self._seq)
+            try:
+                m.recount()
+            finally:
+                m.close()
+            return None, catalog, False
+        self._run(work)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def close(self) -> None:

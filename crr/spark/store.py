@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 
 from crr.errors import SiteError
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: the APP tables of views and remote tables carry counts (crr.spark.membership)
+READABLE_VERSIONS = (1, 2)  # a version-1 site is upgraded when it is opened (SparkSite)
 RETAIN_COMMITS = 4  # commits for which the files of a dropped part stay readable
 MAX_PARTS = 16  # a table with more parts than this is compacted into one by the next commit that appends
 
@@ -79,10 +80,16 @@ class Store:
         except (OSError, ValueError) as e:
             raise SiteError(f"the Spark site at {self.path} has a damaged manifest ({name}: {e}); "
                             "restore the folder from a backup") from None
-        if manifest.get("version") != STORE_VERSION:
+        if manifest.get("version") not in READABLE_VERSIONS:
             raise SiteError(f"the Spark site at {self.path} has storage version {manifest.get('version')}, "
-                            f"this crr reads version {STORE_VERSION}; open it with the crr that wrote it")
+                            f"this crr reads versions {READABLE_VERSIONS[0]} to {STORE_VERSION}; open it with the crr that "
+                            "wrote it")
         return manifest
+
+    @property
+    def version(self) -> int:
+        """The storage version of the committed state (a commit writes :data:`STORE_VERSION`)."""
+        return int(self.manifest["version"])
 
     @property
     def meta(self) -> dict:

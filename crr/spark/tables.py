@@ -10,8 +10,10 @@ Every relation's user columns are named positionally (``c0, c1, ...``) as on Duc
 * ``t:<r>`` -- a replicated table's AUG tuples ``(id, cols..., seq)``.
 * ``m:<r>`` -- derivations of a view, remote table or remote source ``(vid, ids, cols..., seq)``:
   one row per monomial, ``ids`` its sorted id list.
-* ``app:<r>`` -- the APP rows ``(key, cols...)`` of every relation but a remote source: the visible
-  tuples of a replicated table, the present tuples of the others (``key`` is the id or vid).
+* ``app:<r>`` -- the APP rows of every relation but a remote source: ``(key, cols...)``, the visible
+  tuples of a replicated table (``key`` its id), and ``(key, cols..., n)``, the present tuples of a
+  view or remote table with their count of alive monomials (``key`` the vid; see
+  :mod:`crr.spark.membership`).
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def monos_schema(rel: Relation) -> str:
 
 
 def app_schema(rel: Relation) -> str:
-    """Spark DDL schema of ``app:<r>``."""
-    return f"key BINARY, {_cols_schema(rel)}"
+    """Spark DDL schema of ``app:<r>`` (a derived relation's rows carry their count ``n``)."""
+    return f"key BINARY, {_cols_schema(rel)}" + ("" if rel.is_base else ", n BIGINT")
 
 
 def relation_tables(rel: Relation) -> dict[str, str]:
@@ -83,15 +85,20 @@ class StateShape:
     * ``keyed``: some causal-length entry carries a key hash (else visibility is plain parity and
       needs no join with each key's newest stamp);
     * ``wide``: the received relations (remote tables and sources) that may hold a monomial of more
-      than one id (a view's width follows from its plan, see :meth:`narrow`).
+      than one id (a view's width follows from its plan, see :meth:`narrow`);
+    * ``versions``: some key hash may belong to more than one stored id (a keyed UPDATE, concurrent
+      versions of a key). Until then, a batch's keyed entry of a stored id has no other version
+      stored, so only the entries of new ids are looked up by key (see
+      :meth:`crr.spark.maintain.SparkMaintainer._flips_are_parities`).
 
-    Both only grow, like the state they describe. They are kept in the manifest's metadata and
+    All only grow, like the state they describe. They are kept in the manifest's metadata and
     replaced when a transaction commits; a site written before they were kept reads as keyed, with
-    every received relation wide.
+    every received relation wide and keys that may have several versions.
     """
 
     keyed: bool = False
     wide: frozenset[str] = frozenset()
+    versions: bool = False
 
     @classmethod
     def from_meta(cls, meta: dict, received: list[str]) -> "StateShape":
@@ -99,17 +106,19 @@ class StateShape:
         taken as wide when the metadata predates the shape)."""
         shape = meta.get("shape")
         if shape is None:
-            return cls(keyed=True, wide=frozenset(received))
-        return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]))
+            return cls(keyed=True, wide=frozenset(received), versions=True)
+        return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]), versions=bool(shape.get("versions", True)))
 
     def to_meta(self) -> dict:
         """The shape as manifest metadata."""
-        return {"keyed": self.keyed, "wide": sorted(self.wide)}
+        return {"keyed": self.keyed, "wide": sorted(self.wide), "versions": self.versions}
 
-    def grown(self, keyed: bool, wide: set[str]) -> "StateShape":
-        """The shape after storing entries (``keyed``: some carry key hashes) and derivations
-        (``wide``: relations that received a monomial of more than one id)."""
-        return StateShape(keyed=self.keyed or keyed, wide=self.wide | frozenset(wide))
+    def grown(self, keyed: bool, wide: set[str], versions: bool = False) -> "StateShape":
+        """The shape after storing entries (``keyed``: some carry key hashes; ``versions``: some key
+        may now have several ids) and derivations (``wide``: relations that received a monomial of
+        more than one id)."""
+        return StateShape(keyed=self.keyed or keyed, wide=self.wide | frozenset(wide),
+                          versions=self.versions or versions)
 
     def narrow(self, rel: Relation, rels: Mapping[str, Relation]) -> bool:
         """Whether every monomial of derived relation ``rel`` has one id: a received relation that
@@ -144,26 +153,6 @@ def base_app(rel: Relation, tuples: DataFrame, vis: DataFrame) -> DataFrame:
     """The APP rows of a replicated table: its visible tuples."""
     visible = vis.where(F.col("vis") & (F.col("rel") == rel.name)).select("id")
     return tuples.join(visible, "id", "left_semi").select(F.col("id").alias("key"), *aug_cols(rel))
-
-
-def derived_app(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool = False) -> DataFrame:
-    """The APP rows of a view or remote table: tuples with a monomial whose ids are all visible
-    (``in?`` of DESIGN 1.3). ``narrow``: every monomial has one id, so a tuple is present when one
-    of its ids is visible (a semi-join, no grouping per monomial)."""
-    cols = aug_cols(rel)
-    if narrow:
-        visible = vis.where("vis").select("id")
-        return (monos.select("vid", F.col("ids")[0].alias("id"), *cols).join(visible, "id", "left_semi")
-                .dropDuplicates(["vid"]).select(F.col("vid").alias("key"), *cols))
-    # a monomial is alive when all its ids are visible; its tuple's values travel with it (every
-    # monomial of a tuple carries the same values: the tuple's id is their hash), so one grouping
-    # per monomial and one de-duplication per tuple decide membership
-    ids = monos.select("vid", "ids", *cols, F.explode("ids").alias("id"))
-    alive = (ids.join(vis.select("id", "vis"), "id", "left")
-             .groupBy("vid", "ids").agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("alive"),
-                                        *[F.first(c).alias(c) for c in cols])
-             .where("alive").dropDuplicates(["vid"]))
-    return alive.select(F.col("vid").alias("key"), *cols)
 
 
 def user_view(rel: Relation, app: DataFrame) -> DataFrame:

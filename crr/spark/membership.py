@@ -1,0 +1,172 @@
+"""APP membership on Spark from what a batch changed: counted APP tables patched by count changes.
+
+``in?`` (DESIGN 1.3) is the one non-monotone part of crr: a tuple of a view or remote table is present
+when one of its monomials has all its ids visible. A Spark site keeps, in the APP table of every
+derived relation, each present tuple's count ``n`` of alive monomials (DESIGN 1.3's derived counter;
+a tuple whose count is 0 has no row), so a batch changes the table by count changes, the way Gupta's
+counting changes its view, instead of recomputing membership from the whole state:
+
+* **flips** (:func:`parity_flips`): the ids whose visibility the batch changed, ``(id, rel, d)`` with
+  ``d = +1`` (now visible) or ``-1`` (no longer), read off the entries the causal-length merge wrote
+  (each with its length before). That is exact when every written entry is its key's only present
+  version: its visibility is then the parity of its length, before and
+  after, and no other version's visibility moved. Unkeyed entries always are; :func:`key_versions`
+  finds the keyed ones that are not. When some entry has a rival (a keyed UPDATE, concurrent versions
+  of a key), the maintainer recomputes membership instead.
+* **count changes** (:func:`count_changes`): of a derived relation's tuples, by the monomials it held
+  before the batch that contain a flipped id (alive after minus alive before) and by its new
+  monomials (alive after);
+* **patches**: a counted APP table is re-aggregated with the count changes (:func:`patched_counts`,
+  one grouping of the view, like Gupta's); a replicated table's APP table re-reads only its flipped
+  and new ids (:func:`patched_base_app`).
+
+The delta identity: for a tuple ``t`` with monomials ``M(t)``, ``n'(t) = n(t) + sum over m in
+M_old(t) of (alive'(m) - alive(m)) + sum over m in M_new(t) of alive'(m)``, and ``alive`` changes
+only for monomials holding a flipped id. :func:`full_counts` computes the counters from the whole
+state (a new view, the fallback, a site written before counters were kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, functions as F
+
+from crr.catalog import Relation
+from crr.spark.tables import aug_cols, current_cl, visibility
+
+COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; the site's state is inconsistent, "
+                    "restore the folder from a backup")
+
+VisibleAfter = Callable[[DataFrame], DataFrame]  # distinct ``(id)`` -> ``(id, vis)`` after the batch
+
+
+def parity_flips(written: DataFrame) -> DataFrame:
+    """``(id, rel, d)``: the written entries (``cl`` merged, ``o_cl`` before, null for a new id) whose
+    length's parity changed, ``d = +1`` when now odd."""
+    before = F.coalesce(F.col("o_cl") % 2 == 1, F.lit(False))
+    after = F.col("cl") % 2 == 1
+    return written.where(before != after).select("id", "rel", F.when(after, 1).otherwise(-1).alias("d"))
+
+
+def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool) -> DataFrame:
+    """``(kh, rival)``: the other versions of the written keyed entries' keys, one row each: another
+    written entry of the key (a rival), or another id's stored version (a rival when present;
+    ``cl``: after the batch, which wrote ``written``). ``new_ids_only``: the site has never stored
+    two ids of one key, so a stored id's key has no other version stored, and only the keys of new
+    ids are looked up."""
+    keyed = written.where(F.col("kh").isNotNull())
+    twice = (keyed.groupBy("kh").agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
+             .select("kh", F.lit(True).alias("rival")))
+    probe = keyed.where(F.col("o_cl").isNull()) if new_ids_only else keyed
+    stored = current_cl(cl.join(probe.select("kh"), "kh", "left_semi").join(keyed.select("id"), "id", "left_anti"))
+    return twice.unionByName(stored.select("kh", (F.col("cl") % 2 == 1).alias("rival")))
+
+
+def looked_up_visibility(cl: DataFrame, ids: DataFrame, keyed: bool) -> DataFrame:
+    """``(id, vis)`` for the ids of the one-column frame ``ids`` (distinct) from the stored entries: an
+    id without one is not visible. ``keyed``: some entry may carry a key hash, so the other versions
+    of those ids' keys are read too."""
+    scope = cl.join(ids, "id", "left_semi")
+    if keyed:
+        khs = scope.where(F.col("kh").isNotNull()).select("kh").distinct()
+        scope = scope.unionByName(cl.join(khs, "kh", "left_semi"))
+    return visibility(current_cl(scope), keyed).join(ids, "id", "left_semi").select("id", "vis")
+
+
+def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool) -> VisibleAfter:
+    """Visibility after the batch, in parity form: a written entry's from its parity, any other id's
+    looked up in ``cl`` (unchanged by the batch). ``written``: None when the batch wrote no entry."""
+    if written is None:
+        return lambda ids: looked_up_visibility(cl, ids, keyed)
+    parity = written.select("id", (F.col("cl") % 2 == 1).alias("vis"))
+
+    def lookup(ids: DataFrame) -> DataFrame:
+        mine = parity.join(ids, "id", "left_semi")
+        others = ids.join(written.select("id"), "id", "left_anti")
+        if others.isEmpty():  # one small job that saves the scans of ``cl`` (the usual case: new tuples)
+            return mine
+        return mine.unionByName(looked_up_visibility(cl, others, keyed))
+    return lookup
+
+
+def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: DataFrame | None,
+                  vis_after: VisibleAfter, narrow: bool) -> DataFrame:
+    """``(key, cols..., n)``: count changes of derived relation ``rel`` (rows may repeat a key; their
+    sum is the change). ``old``: its monomials before the batch; ``new``: those the batch added;
+    ``flips``: :func:`parity_flips` of the ids in its lineage; ``narrow``: every monomial has one id
+    (alive is that id's visibility)."""
+    cols = aug_cols(rel)
+    parts = []
+    if flips is not None:
+        d = flips.select("id", "d")
+        if narrow:  # an old monomial of a flipped id changes by the flip
+            parts.append(old.select("vid", F.col("ids")[0].alias("id"), *cols).join(d, "id")
+                         .select(F.col("vid").alias("key"), *cols, F.col("d").cast("long").alias("n")))
+        else:  # an old monomial holding a flipped id: alive after minus alive before
+            touched = (old.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(d, "id", "left_semi")
+                       .dropDuplicates(["vid", "ids"]))
+            each = touched.select("vid", "ids", *cols, F.explode("ids").alias("id"))
+            each = each.join(vis_after(each.select("id").distinct()), "id", "left").join(d, "id", "left")
+            now = F.coalesce(F.col("vis"), F.lit(False))
+            was = F.when(F.col("d").isNull(), now).otherwise(F.col("d") == -1)
+            per = each.groupBy("vid", "ids", *cols).agg(F.min(now).alias("now"), F.min(was).alias("was"))
+            parts.append(per.where(F.col("now") != F.col("was")).select(
+                F.col("vid").alias("key"), *cols, F.when(F.col("now"), 1).otherwise(-1).cast("long").alias("n")))
+    if new is not None:  # a new monomial counts when alive after the batch
+        if narrow:
+            each = new.select("vid", F.col("ids")[0].alias("id"), *cols)
+            alive = each.join(vis_after(each.select("id").distinct()).where("vis"), "id", "left_semi")
+        else:
+            each = new.select("vid", "ids", *cols, F.explode("ids").alias("id"))
+            each = each.join(vis_after(each.select("id").distinct()), "id", "left")
+            alive = (each.groupBy("vid", "ids", *cols).agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("a"))
+                     .where("a"))
+        parts.append(alive.select(F.col("vid").alias("key"), *cols, F.lit(1).cast("long").alias("n")))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame) -> DataFrame:
+    """A counted APP table after adding ``changes`` (:func:`count_changes`): counts summed per tuple,
+    tuples at 0 dropped; a count below 0 fails the job (the state would be inconsistent)."""
+    cols = aug_cols(rel)
+    summed = (app.select("key", *cols, "n").unionByName(changes)
+              .groupBy("key", *cols).agg(F.sum("n").alias("n")).where(F.col("n") != 0))
+    return summed.select("key", *cols, F.when(F.col("n") < 0, F.raise_error(F.lit(COUNT_BELOW_ZERO)))
+                         .otherwise(F.col("n")).alias("n"))
+
+
+def patched_base_app(rel: Relation, app: DataFrame, tuples: DataFrame, flips: DataFrame | None,
+                     new_ids: DataFrame | None, vis_after: VisibleAfter) -> DataFrame:
+    """A replicated table's APP rows after the batch: its flipped ids and new tuples (``new_ids``, one
+    column ``id``) re-read from ``tuples`` when visible, every other row kept."""
+    dirty = []
+    if flips is not None:
+        dirty.append(flips.select("id", (F.col("d") > 0).alias("vis")))
+    if new_ids is not None:
+        others = new_ids if flips is None else new_ids.join(flips.select("id"), "id", "left_anti")
+        dirty.append(vis_after(others.distinct()))
+    ids = dirty[0]
+    for d in dirty[1:]:
+        ids = ids.unionByName(d)
+    present = tuples.join(ids.where("vis").select("id"), "id", "left_semi").select(F.col("id").alias("key"),
+                                                                                 *aug_cols(rel))
+    return app.join(ids.select(F.col("id").alias("key")), "key", "left_anti").unionByName(present)
+
+
+def full_counts(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool) -> DataFrame:
+    """``(key, cols..., n)`` from the whole state: each present tuple's count of alive monomials
+    (``vis``: :func:`~crr.spark.tables.visibility` of every id)."""
+    cols = aug_cols(rel)
+    if narrow:
+        alive = monos.select("vid", F.col("ids")[0].alias("id"), *cols).join(vis.where("vis").select("id"), "id",
+                                                                              "left_semi")
+    else:
+        each = monos.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(vis.select("id", "vis"), "id",
+                                                                                      "left")
+        alive = (each.groupBy("vid", "ids", *cols).agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("a"))
+                 .where("a"))
+    return alive.groupBy(F.col("vid").alias("key"), *cols).agg(F.count(F.lit(1)).alias("n"))
