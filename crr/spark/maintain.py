@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -36,7 +37,7 @@ from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
 from crr.spark.membership import (count_changes, full_counts, key_versions, parity_flips, patched_base_app,
-                                  patched_counts, visible_after)
+                                  patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
 from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl, monos_key,
                               tuples_key, visibility)
@@ -101,6 +102,8 @@ class SparkMaintainer:
         self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (cached)
         self.keyed_batch = False  # whether some entry of the batch may carry a key hash
         self._temp: list[str] = []
+        self._cached: list[DataFrame] = []
+        self._lock = threading.Lock()  # steps run in threads (see _parallel)
 
     def close(self) -> None:
         """Drop the temp views the batch registered."""
@@ -110,6 +113,18 @@ class SparkMaintainer:
         if self.written is not None:
             self.written.unpersist()
             self.written = None
+        for df in self._cached:
+            df.unpersist()
+        self._cached.clear()
+
+    def _keep(self, df: DataFrame) -> DataFrame:
+        """``df`` kept until the batch ends (:meth:`close`): computed by the first job that reads it and
+        read back by the later ones. A local checkpoint, not a cache: later plans over it see a scan,
+        not its lineage (Spark spent seconds a batch analysing the lineage of cached frames)."""
+        df = df.localCheckpoint(eager=False)
+        with self._lock:
+            self._cached.append(df)
+        return df
 
     def _view(self, df: DataFrame) -> str:
         name = f"crr_tmp_{next(_names)}"
@@ -189,7 +204,7 @@ class SparkMaintainer:
         cl = F.when(forged, F.raise_error(F.lit(FORGED_ENTRIES))).otherwise(F.greatest("cl", "o_cl"))
         written = joined.where(grew | forged).select(
             "id", "rel", cl.cast("int").alias("cl"), "kh", F.greatest("stamp", "o_stamp").alias("stamp"),
-            F.lit(self.seq).alias("seq"), "o_cl").cache()  # kept for the flips (step 5)
+            F.lit(self.seq).alias("seq"), "o_cl").localCheckpoint(eager=False)  # kept for the flips (step 5)
         # compaction keeps each id's current entry only (its newest row already holds the maxima)
         _, rows = self.txn.append(CL, written.select(*CL_COLUMNS),
                                   compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
@@ -252,7 +267,7 @@ class SparkMaintainer:
             self._add_derivations(view, cand)
 
     def _visibility(self) -> DataFrame:
-        return visibility(current_cl(self.txn.read(CL)), self.shape.keyed)
+        return visibility(current_cl(self.txn.read(CL)), self.shape.key_versions)
 
     def _membership(self) -> None:
         """Patch the APP table of every relation whose membership may have changed, or recompute them
@@ -272,7 +287,7 @@ class SparkMaintainer:
             self._recompute_app(todo)
             return
         flips = parity_flips(self.written) if self.written is not None else None
-        vis_after = visible_after(cl, self.written, self.shape.keyed)
+        vis_after = visible_after(cl, self.written, self.shape.key_versions, self._keep)
 
         def patch(rel: Relation) -> None:
             lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
@@ -284,9 +299,9 @@ class SparkMaintainer:
                 patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, new, vis_after)
             else:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
-                changes = count_changes(rel, old, self.delta.get(rel.name), mine, vis_after,
-                                        self.shape.narrow(rel, self.rels))
-                patched = patched_counts(rel, app, changes)
+                changes = self._keep(summed_changes(rel, count_changes(
+                    rel, old, self.delta.get(rel.name), mine, vis_after, self.shape.narrow(rel, self.rels), self._keep)))
+                patched = patched_counts(rel, app, changes, changes.count())  # materialized, then joined
             self.txn.replace(app_key(rel), patched)
         self._parallel([lambda r=rel: patch(r) for rel in todo])
         self.result.refreshed.extend(rel.name for rel in todo)

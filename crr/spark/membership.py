@@ -16,8 +16,8 @@ counting changes its view, instead of recomputing membership from the whole stat
 * **count changes** (:func:`count_changes`): of a derived relation's tuples, by the monomials it held
   before the batch that contain a flipped id (alive after minus alive before) and by its new
   monomials (alive after);
-* **patches**: a counted APP table is re-aggregated with the count changes (:func:`patched_counts`,
-  one grouping of the view, like Gupta's); a replicated table's APP table re-reads only its flipped
+* **patches**: a counted APP table keeps its rows but those of the tuples whose count changed, which
+  are re-aggregated with the changes (:func:`patched_counts`); a replicated table's APP table re-reads only its flipped
   and new ids (:func:`patched_base_app`).
 
 The delta identity: for a tuple ``t`` with monomials ``M(t)``, ``n'(t) = n(t) + sum over m in
@@ -35,10 +35,12 @@ from pyspark.sql import DataFrame, functions as F
 from crr.catalog import Relation
 from crr.spark.tables import aug_cols, current_cl, visibility
 
+BROADCAST_ROWS = 1_000_000  # a batch's frames up to this many rows are joined by broadcast
 COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; the site's state is inconsistent, "
                     "restore the folder from a backup")
 
 VisibleAfter = Callable[[DataFrame], DataFrame]  # distinct ``(id)`` -> ``(id, vis)`` after the batch
+Keep = Callable[[DataFrame], DataFrame]  # caches a frame until the batch ends
 
 
 def parity_flips(written: DataFrame) -> DataFrame:
@@ -74,69 +76,89 @@ def looked_up_visibility(cl: DataFrame, ids: DataFrame, keyed: bool) -> DataFram
     return visibility(current_cl(scope), keyed).join(ids, "id", "left_semi").select("id", "vis")
 
 
-def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool) -> VisibleAfter:
+def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool, keep: Keep) -> VisibleAfter:
     """Visibility after the batch, in parity form: a written entry's from its parity, any other id's
-    looked up in ``cl`` (unchanged by the batch). ``written``: None when the batch wrote no entry."""
-    if written is None:
-        return lambda ids: looked_up_visibility(cl, ids, keyed)
-    parity = written.select("id", (F.col("cl") % 2 == 1).alias("vis"))
-
+    looked up in ``cl`` (unchanged by the batch). ``written``: None when the batch wrote no entry;
+    ``keep``: caches a frame for the rest of the batch."""
     def lookup(ids: DataFrame) -> DataFrame:
-        mine = parity.join(ids, "id", "left_semi")
-        others = ids.join(written.select("id"), "id", "left_anti")
-        if others.isEmpty():  # one small job that saves the scans of ``cl`` (the usual case: new tuples)
+        if written is None:
+            return looked_up_visibility(cl, ids, keyed)
+        mine = written.select("id", (F.col("cl") % 2 == 1).alias("vis")).join(ids, "id", "left_semi")
+        # the ids to look up, materialized: one small job that skips the scans of ``cl`` when there are
+        # none (the usual case: new tuples), and otherwise lets Spark see how small they are
+        others = keep(ids.join(written.select("id"), "id", "left_anti"))
+        rows = others.count()
+        if rows == 0:
             return mine
-        return mine.unionByName(looked_up_visibility(cl, others, keyed))
+        return mine.unionByName(looked_up_visibility(cl, F.broadcast(others) if rows <= BROADCAST_ROWS else others,
+                                                     keyed))
     return lookup
 
 
 def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: DataFrame | None,
-                  vis_after: VisibleAfter, narrow: bool) -> DataFrame:
+                  vis_after: VisibleAfter, narrow: bool, keep: Keep) -> DataFrame:
     """``(key, cols..., n)``: count changes of derived relation ``rel`` (rows may repeat a key; their
     sum is the change). ``old``: its monomials before the batch; ``new``: those the batch added;
     ``flips``: :func:`parity_flips` of the ids in its lineage; ``narrow``: every monomial has one id
-    (alive is that id's visibility)."""
+    (alive is that id's visibility); ``keep``: caches a frame for the rest of the batch."""
     cols = aug_cols(rel)
-    parts = []
-    if flips is not None:
-        d = flips.select("id", "d")
-        if narrow:  # an old monomial of a flipped id changes by the flip
+    d = flips.select("id", "d") if flips is not None else None
+    if narrow:
+        parts = []
+        if d is not None:  # an old monomial of a flipped id changes by the flip
             parts.append(old.select("vid", F.col("ids")[0].alias("id"), *cols).join(d, "id")
                          .select(F.col("vid").alias("key"), *cols, F.col("d").cast("long").alias("n")))
-        else:  # an old monomial holding a flipped id: alive after minus alive before
-            touched = (old.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(d, "id", "left_semi")
-                       .dropDuplicates(["vid", "ids"]))
-            each = touched.select("vid", "ids", *cols, F.explode("ids").alias("id"))
-            each = each.join(vis_after(each.select("id").distinct()), "id", "left").join(d, "id", "left")
-            now = F.coalesce(F.col("vis"), F.lit(False))
-            was = F.when(F.col("d").isNull(), now).otherwise(F.col("d") == -1)
-            per = each.groupBy("vid", "ids", *cols).agg(F.min(now).alias("now"), F.min(was).alias("was"))
-            parts.append(per.where(F.col("now") != F.col("was")).select(
-                F.col("vid").alias("key"), *cols, F.when(F.col("now"), 1).otherwise(-1).cast("long").alias("n")))
-    if new is not None:  # a new monomial counts when alive after the batch
-        if narrow:
+        if new is not None:  # a new monomial counts when its id is visible after the batch
             each = new.select("vid", F.col("ids")[0].alias("id"), *cols)
             alive = each.join(vis_after(each.select("id").distinct()).where("vis"), "id", "left_semi")
-        else:
-            each = new.select("vid", "ids", *cols, F.explode("ids").alias("id"))
-            each = each.join(vis_after(each.select("id").distinct()), "id", "left")
-            alive = (each.groupBy("vid", "ids", *cols).agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("a"))
-                     .where("a"))
-        parts.append(alive.select(F.col("vid").alias("key"), *cols, F.lit(1).cast("long").alias("n")))
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out
+            parts.append(alive.select(F.col("vid").alias("key"), *cols, F.lit(1).cast("long").alias("n")))
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.unionByName(p)
+        return out
+    # the old monomials holding a flipped id and the new ones, one row per id, kept for the batch (their
+    # ids are looked up, then they are grouped): alive after minus alive before (0 for a new one)
+    mons = []
+    if d is not None:
+        mons.append(old.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(d, "id", "left_semi")
+                    .dropDuplicates(["vid", "ids"]).select("vid", "ids", *cols, F.lit(True).alias("old")))
+    if new is not None:
+        mons.append(new.select("vid", "ids", *cols, F.lit(False).alias("old")))
+    both = mons[0] if len(mons) == 1 else mons[0].unionByName(mons[1])
+    each = keep(both.select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
+    each = each.join(vis_after(each.select("id").distinct()), "id", "left")
+    now = F.coalesce(F.col("vis"), F.lit(False))
+    was = now
+    if d is not None:
+        each = each.join(d, "id", "left")
+        was = F.col("old") & F.when(F.col("d").isNull(), now).otherwise(F.col("d") == -1)
+    else:
+        was = F.lit(False)
+    per = each.groupBy("vid", "ids", "old", *cols).agg(F.min(now).alias("now"), F.min(was).alias("was"))
+    return per.where(F.col("now") != F.col("was")).select(
+        F.col("vid").alias("key"), *cols, F.when(F.col("now"), 1).otherwise(-1).cast("long").alias("n"))
 
 
-def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame) -> DataFrame:
-    """A counted APP table after adding ``changes`` (:func:`count_changes`): counts summed per tuple,
-    tuples at 0 dropped; a count below 0 fails the job (the state would be inconsistent)."""
+def summed_changes(rel: Relation, changes: DataFrame) -> DataFrame:
+    """``(key, cols..., n)``: the count changes of :func:`count_changes` summed per tuple, those that
+    cancel out dropped."""
+    return changes.groupBy("key", *aug_cols(rel)).agg(F.sum("n").alias("n")).where(F.col("n") != 0)
+
+
+def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame, rows: int) -> DataFrame:
+    """A counted APP table after adding ``changes`` (:func:`summed_changes`, ``rows`` of them, joined
+    by broadcast up to :data:`BROADCAST_ROWS`): the changed tuples' counts summed with their stored
+    ones, tuples at 0 dropped, every other row kept as it is. A count below 0 fails the job (the
+    state would be inconsistent)."""
     cols = aug_cols(rel)
-    summed = (app.select("key", *cols, "n").unionByName(changes)
-              .groupBy("key", *cols).agg(F.sum("n").alias("n")).where(F.col("n") != 0))
-    return summed.select("key", *cols, F.when(F.col("n") < 0, F.raise_error(F.lit(COUNT_BELOW_ZERO)))
-                         .otherwise(F.col("n")).alias("n"))
+    keys = changes.select("key")
+    if rows <= BROADCAST_ROWS:
+        keys = F.broadcast(keys)
+    changed = (app.join(keys, "key", "left_semi").select("key", *cols, "n").unionByName(changes)
+               .groupBy("key", *cols).agg(F.sum("n").alias("n")).where(F.col("n") != 0))
+    checked = changed.select("key", *cols, F.when(F.col("n") < 0, F.raise_error(F.lit(COUNT_BELOW_ZERO)))
+                             .otherwise(F.col("n")).alias("n"))
+    return app.join(keys, "key", "left_anti").unionByName(checked)
 
 
 def patched_base_app(rel: Relation, app: DataFrame, tuples: DataFrame, flips: DataFrame | None,

@@ -109,6 +109,12 @@ class StateShape:
             return cls(keyed=True, wide=frozenset(received), versions=True)
         return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]), versions=bool(shape.get("versions", True)))
 
+    @property
+    def key_versions(self) -> bool:
+        """Whether an id's visibility may depend on other versions of its key (else it is the parity
+        of its length: :func:`visibility` with ``keyed=False``)."""
+        return self.keyed and self.versions
+
     def to_meta(self) -> dict:
         """The shape as manifest metadata."""
         return {"keyed": self.keyed, "wide": sorted(self.wide), "versions": self.versions}
