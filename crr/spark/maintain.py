@@ -39,8 +39,8 @@ from crr.spark.encoding import tuple_id_sql
 from crr.spark.membership import (count_changes, full_counts, key_versions, parity_flips, patched_base_app,
                                   patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
-from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl, monos_key,
-                              tuples_key, visibility)
+from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl,
+                              monos_key, tuples_key, visibility)
 
 _names = itertools.count()
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
@@ -99,7 +99,7 @@ class SparkMaintainer:
         self.result = SparkResult()
         self.delta: dict[str, DataFrame] = {}  # relation -> its new AUG rows (tuples or derivations)
         self.flipped: set[str] = set()  # base relations some of whose entries grew
-        self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (cached)
+        self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (a local checkpoint)
         self.keyed_batch = False  # whether some entry of the batch may carry a key hash
         self._temp: list[str] = []
         self._cached: list[DataFrame] = []
@@ -187,8 +187,8 @@ class SparkMaintainer:
         never change: entries disagreeing with each other or with the stored ones fail the job
         (``raise_error``), which aborts the transaction. ``relations``: the relations of the entries.
 
-        The entries written are kept (cached) with their length before (``o_cl``, null for a new id),
-        from which step 5 reads the flips."""
+        The entries written are kept (a local checkpoint) with their length before (``o_cl``, null for
+        a new id), from which step 5 reads the flips."""
         merged = entries.groupBy("id").agg(
             F.min("rel").alias("rel"), F.min("kh").alias("kh"), F.max("cl").alias("cl"), F.max("stamp").alias("stamp"),
             ((F.min("rel") != F.max("rel")) | ~F.min("kh").eqNullSafe(F.max("kh"))
@@ -299,8 +299,9 @@ class SparkMaintainer:
                 patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, new, vis_after)
             else:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
+                narrow = self.shape.narrow(rel, self.rels)
                 changes = self._keep(summed_changes(rel, count_changes(
-                    rel, old, self.delta.get(rel.name), mine, vis_after, self.shape.narrow(rel, self.rels), self._keep)))
+                    rel, old, self.delta.get(rel.name), mine, vis_after, narrow, self._keep)))
                 patched = patched_counts(rel, app, changes, changes.count())  # materialized, then joined
             self.txn.replace(app_key(rel), patched)
         self._parallel([lambda r=rel: patch(r) for rel in todo])

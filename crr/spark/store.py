@@ -82,8 +82,8 @@ class Store:
                             "restore the folder from a backup") from None
         if manifest.get("version") not in READABLE_VERSIONS:
             raise SiteError(f"the Spark site at {self.path} has storage version {manifest.get('version')}, "
-                            f"this crr reads versions {READABLE_VERSIONS[0]} to {STORE_VERSION}; open it with the crr that "
-                            "wrote it")
+                            f"this crr reads versions {READABLE_VERSIONS[0]} to {STORE_VERSION}; open it with the "
+                            "crr that wrote it")
         return manifest
 
     @property

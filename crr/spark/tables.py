@@ -107,7 +107,8 @@ class StateShape:
         shape = meta.get("shape")
         if shape is None:
             return cls(keyed=True, wide=frozenset(received), versions=True)
-        return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]), versions=bool(shape.get("versions", True)))
+        return cls(keyed=bool(shape["keyed"]), wide=frozenset(shape["wide"]),
+                   versions=bool(shape.get("versions", True)))
 
     @property
     def key_versions(self) -> bool:
