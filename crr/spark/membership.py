@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, functions as F
 
 from crr.catalog import Relation
 from crr.spark.tables import aug_cols, current_cl, visibility
+from crr.types import TypeFamily, type_family
 
 BROADCAST_ROWS = 1_000_000  # a batch's frames up to this many rows are joined by broadcast
 COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; the site's state is inconsistent, "
@@ -41,6 +42,16 @@ COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; th
 
 VisibleAfter = Callable[[DataFrame], DataFrame]  # distinct ``(id)`` -> ``(id, vis)`` after the batch
 Keep = Callable[[DataFrame], DataFrame]  # caches a frame until the batch ends
+
+
+def by_tuple(df: DataFrame, rel: Relation, keys: list[str], *aggs) -> DataFrame:
+    """``df`` grouped by ``keys`` and the tuple's values (``rel``'s AUG columns), with ``aggs``. Float
+    values are carried (``first``), not grouped on: Spark's grouping turns -0.0 into 0.0, and the
+    values of one tuple are equal bit for bit anyway (its id hashes them)."""
+    floats = {c.name for c in rel.aug_columns if type_family(c.type) is TypeFamily.FLOAT}
+    cols = aug_cols(rel)
+    return df.groupBy(*keys, *[c for c in cols if c not in floats]).agg(
+        *aggs, *[F.first(c).alias(c) for c in cols if c in floats])
 
 
 def parity_flips(written: DataFrame) -> DataFrame:
@@ -128,13 +139,12 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
     each = keep(both.select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
     each = each.join(vis_after(each.select("id").distinct()), "id", "left")
     now = F.coalesce(F.col("vis"), F.lit(False))
-    was = now
     if d is not None:
         each = each.join(d, "id", "left")
         was = F.col("old") & F.when(F.col("d").isNull(), now).otherwise(F.col("d") == -1)
     else:
         was = F.lit(False)
-    per = each.groupBy("vid", "ids", "old", *cols).agg(F.min(now).alias("now"), F.min(was).alias("was"))
+    per = by_tuple(each, rel, ["vid", "ids", "old"], F.min(now).alias("now"), F.min(was).alias("was"))
     return per.where(F.col("now") != F.col("was")).select(
         F.col("vid").alias("key"), *cols, F.when(F.col("now"), 1).otherwise(-1).cast("long").alias("n"))
 
@@ -142,7 +152,8 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
 def summed_changes(rel: Relation, changes: DataFrame) -> DataFrame:
     """``(key, cols..., n)``: the count changes of :func:`count_changes` summed per tuple, those that
     cancel out dropped."""
-    return changes.groupBy("key", *aug_cols(rel)).agg(F.sum("n").alias("n")).where(F.col("n") != 0)
+    return (by_tuple(changes, rel, ["key"], F.sum("n").alias("n")).where(F.col("n") != 0)
+            .select("key", *aug_cols(rel), "n"))
 
 
 def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame, rows: int) -> DataFrame:
@@ -154,8 +165,8 @@ def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame, rows: int)
     keys = changes.select("key")
     if rows <= BROADCAST_ROWS:
         keys = F.broadcast(keys)
-    changed = (app.join(keys, "key", "left_semi").select("key", *cols, "n").unionByName(changes)
-               .groupBy("key", *cols).agg(F.sum("n").alias("n")).where(F.col("n") != 0))
+    changed = by_tuple(app.join(keys, "key", "left_semi").select("key", *cols, "n").unionByName(changes), rel,
+                       ["key"], F.sum("n").alias("n")).where(F.col("n") != 0)
     checked = changed.select("key", *cols, F.when(F.col("n") < 0, F.raise_error(F.lit(COUNT_BELOW_ZERO)))
                              .otherwise(F.col("n")).alias("n"))
     return app.join(keys, "key", "left_anti").unionByName(checked)
@@ -189,6 +200,6 @@ def full_counts(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool) -
     else:
         each = monos.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(vis.select("id", "vis"), "id",
                                                                                       "left")
-        alive = (each.groupBy("vid", "ids", *cols).agg(F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("a"))
-                 .where("a"))
-    return alive.groupBy(F.col("vid").alias("key"), *cols).agg(F.count(F.lit(1)).alias("n"))
+        alive = by_tuple(each, rel, ["vid", "ids"], F.min(F.coalesce(F.col("vis"), F.lit(False))).alias("a")).where("a")
+    counted = by_tuple(alive.withColumnRenamed("vid", "key"), rel, ["key"], F.count(F.lit(1)).alias("n"))
+    return counted.select("key", *cols, "n")
