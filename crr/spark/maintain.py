@@ -40,7 +40,7 @@ from crr.spark.membership import (count_changes, full_counts, key_versions, pari
                                   patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
 from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl,
-                              monos_key, tuples_key, visibility)
+                              monos_key, tuples_key, union_all, visibility)
 
 _names = itertools.count()
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
@@ -102,20 +102,17 @@ class SparkMaintainer:
         self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (a local checkpoint)
         self.keyed_batch = False  # whether some entry of the batch may carry a key hash
         self._temp: list[str] = []
-        self._cached: list[DataFrame] = []
+        self._kept: list[DataFrame] = []
         self._lock = threading.Lock()  # steps run in threads (see _parallel)
 
     def close(self) -> None:
-        """Drop the temp views the batch registered."""
+        """Drop the temp views the batch registered and the frames it kept."""
         for name in self._temp:
             self.spark.catalog.dropTempView(name)
         self._temp.clear()
-        if self.written is not None:
-            self.written.unpersist()
-            self.written = None
-        for df in self._cached:
-            df.unpersist()
-        self._cached.clear()
+        # the batch's local checkpoints: Spark's context cleaner frees their blocks once nothing refers to them
+        self.written = None
+        self._kept.clear()
 
     def _keep(self, df: DataFrame) -> DataFrame:
         """``df`` kept until the batch ends (:meth:`close`): computed by the first job that reads it and
@@ -123,7 +120,7 @@ class SparkMaintainer:
         not its lineage (Spark spent seconds a batch analysing the lineage of cached frames)."""
         df = df.localCheckpoint(eager=False)
         with self._lock:
-            self._cached.append(df)
+            self._kept.append(df)
         return df
 
     def _view(self, df: DataFrame) -> str:
@@ -212,8 +209,6 @@ class SparkMaintainer:
             self.result.cl_changed = rows
             self.flipped = set(relations)
             self.written = written
-        else:
-            written.unpersist()
 
     def _add_tuples(self, rel: Relation, tuples: DataFrame) -> None:
         """Append the base tuples ``rel`` lacks; they are its delta."""
@@ -257,11 +252,8 @@ class SparkMaintainer:
         if not changed:
             return
         with view_errors(view.name):
-            frames = [self.spark.sql(q.sql("spark")) for q in plan.delta_queries(changed, self._source)]
-            derived = frames[0]
-            for f in frames[1:]:
-                derived = derived.unionByName(f)
-            name = self._view(derived)
+            name = self._view(union_all([self.spark.sql(q.sql("spark"))
+                                         for q in plan.delta_queries(changed, self._source)]))
             cand = self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, `{IDS}` AS ids, "
                                   f"{', '.join(aug_cols(view))} FROM {name}")
             self._add_derivations(view, cand)

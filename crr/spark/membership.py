@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, functions as F
 
 from crr.catalog import Relation
-from crr.spark.tables import aug_cols, current_cl, visibility
+from crr.spark.tables import aug_cols, current_cl, union_all, visibility
 from crr.types import TypeFamily, type_family
 
 BROADCAST_ROWS = 1_000_000  # a batch's frames up to this many rows are joined by broadcast
@@ -41,7 +41,7 @@ COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; th
                     "restore the folder from a backup")
 
 VisibleAfter = Callable[[DataFrame], DataFrame]  # distinct ``(id)`` -> ``(id, vis)`` after the batch
-Keep = Callable[[DataFrame], DataFrame]  # caches a frame until the batch ends
+Keep = Callable[[DataFrame], DataFrame]  # keeps a frame, computed once, until the batch ends
 
 
 def by_tuple(df: DataFrame, rel: Relation, keys: list[str], *aggs) -> DataFrame:
@@ -90,7 +90,7 @@ def looked_up_visibility(cl: DataFrame, ids: DataFrame, keyed: bool) -> DataFram
 def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool, keep: Keep) -> VisibleAfter:
     """Visibility after the batch, in parity form: a written entry's from its parity, any other id's
     looked up in ``cl`` (unchanged by the batch). ``written``: None when the batch wrote no entry;
-    ``keep``: caches a frame for the rest of the batch."""
+    ``keep``: keeps a frame, computed once, for the rest of the batch."""
     def lookup(ids: DataFrame) -> DataFrame:
         if written is None:
             return looked_up_visibility(cl, ids, keyed)
@@ -111,7 +111,7 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
     """``(key, cols..., n)``: count changes of derived relation ``rel`` (rows may repeat a key; their
     sum is the change). ``old``: its monomials before the batch; ``new``: those the batch added;
     ``flips``: :func:`parity_flips` of the ids in its lineage; ``narrow``: every monomial has one id
-    (alive is that id's visibility); ``keep``: caches a frame for the rest of the batch."""
+    (alive is that id's visibility); ``keep``: keeps a frame, computed once, for the rest of the batch."""
     cols = aug_cols(rel)
     d = flips.select("id", "d") if flips is not None else None
     if narrow:
@@ -123,10 +123,7 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
             each = new.select("vid", F.col("ids")[0].alias("id"), *cols)
             alive = each.join(vis_after(each.select("id").distinct()).where("vis"), "id", "left_semi")
             parts.append(alive.select(F.col("vid").alias("key"), *cols, F.lit(1).cast("long").alias("n")))
-        out = parts[0]
-        for p in parts[1:]:
-            out = out.unionByName(p)
-        return out
+        return union_all(parts)
     # the old monomials holding a flipped id and the new ones, one row per id, kept for the batch (their
     # ids are looked up, then they are grouped): alive after minus alive before (0 for a new one)
     mons = []
@@ -135,8 +132,7 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
                     .dropDuplicates(["vid", "ids"]).select("vid", "ids", *cols, F.lit(True).alias("old")))
     if new is not None:
         mons.append(new.select("vid", "ids", *cols, F.lit(False).alias("old")))
-    both = mons[0] if len(mons) == 1 else mons[0].unionByName(mons[1])
-    each = keep(both.select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
+    each = keep(union_all(mons).select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
     each = each.join(vis_after(each.select("id").distinct()), "id", "left")
     now = F.coalesce(F.col("vis"), F.lit(False))
     if d is not None:
@@ -182,9 +178,7 @@ def patched_base_app(rel: Relation, app: DataFrame, tuples: DataFrame, flips: Da
     if new_ids is not None:
         others = new_ids if flips is None else new_ids.join(flips.select("id"), "id", "left_anti")
         dirty.append(vis_after(others.distinct()))
-    ids = dirty[0]
-    for d in dirty[1:]:
-        ids = ids.unionByName(d)
+    ids = union_all(dirty)
     present = tuples.join(ids.where("vis").select("id"), "id", "left_semi").select(F.col("id").alias("key"),
                                                                                  *aug_cols(rel))
     return app.join(ids.select(F.col("id").alias("key")), "key", "left_anti").unionByName(present)

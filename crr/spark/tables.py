@@ -137,6 +137,14 @@ class StateShape:
         return all(r is not None and (r.is_base or self.narrow(r, rels)) for r in inputs)
 
 
+def union_all(frames: list[DataFrame]) -> DataFrame:
+    """The rows of every frame of a non-empty list (columns matched by name)."""
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
 def current_cl(cl: DataFrame) -> DataFrame:
     """Each id's current entry ``(id, rel, kh, cl, stamp, seq)``: the maxima over its rows."""
     return cl.groupBy("id").agg(F.first("rel").alias("rel"), F.first("kh").alias("kh"), F.max("cl").alias("cl"),
