@@ -99,6 +99,7 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
     batch = SparkBatch()
     for rel, rc in held:
         what = f"relation {rel.name}"
+        batch.rows[rel.name] = rc.tuples.num_rows if rc.monos is None else rc.monos.num_rows
         if rc.kind is ChangeKind.BASE:
             frame = values_frame(spark, rel, rc.tuples, "id", what)
             if rel.is_base:
@@ -124,6 +125,7 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
         if rels:
             batch.cl = entries_frame(spark, cs.cl).where(F.col("rel").isin(sorted(rels)))
             batch.cl_relations = rels
+            batch.cl_rows = cs.cl.num_rows
             batch.cl_keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
     return batch
 

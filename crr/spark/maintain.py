@@ -39,8 +39,8 @@ from crr.spark.encoding import tuple_id_sql
 from crr.spark.membership import (count_changes, full_counts, key_versions, parity_flips, patched_base_app,
                                   patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
-from crr.spark.tables import (CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app, current_cl,
-                              monos_key, tuples_key, union_all, visibility)
+from crr.spark.tables import (BROADCAST_ROWS, CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app,
+                              current_cl, monos_key, small_side, tuples_key, union_all, visibility)
 
 _names = itertools.count()
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
@@ -51,15 +51,18 @@ FORGED_ENTRIES = ("crr: causal-length entries disagree about a tuple's relation 
 
 @dataclass
 class SparkBatch:
-    """AUG changes to apply: causal-length entries ``(id, rel, cl, kh, stamp)``, base tuples
+    """AUG changes to apply: causal-length entries ``(id, rel, cl, kh, stamp)``, at most one per id (a
+    changeset's validation refuses repeated ids; a local write's are distinct), base tuples
     ``(id, cols...)`` per replicated table, and derivations ``(vid, ids, cols...)`` per remote relation."""
 
     cl: DataFrame | None = None
     cl_relations: set[str] = field(default_factory=set)  # the relations ``cl``'s entries may name
     base: dict[str, DataFrame] = field(default_factory=dict)
     derived: dict[str, DataFrame] = field(default_factory=dict)
+    cl_rows: int | None = None  # at most how many entries ``cl`` holds (None: unknown)
     cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
     wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
+    rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of ``base``/``derived`` has
 
 
 @dataclass
@@ -101,6 +104,7 @@ class SparkMaintainer:
         self.flipped: set[str] = set()  # base relations some of whose entries grew
         self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (a local checkpoint)
         self.keyed_batch = False  # whether some entry of the batch may carry a key hash
+        self.small = False  # whether the batch's entries are few enough to broadcast (BROADCAST_ROWS)
         self._temp: list[str] = []
         self._kept: list[DataFrame] = []
         self._lock = threading.Lock()  # steps run in threads (see _parallel)
@@ -136,9 +140,12 @@ class SparkMaintainer:
         self.txn.meta["shape"] = self.shape.to_meta()  # committed with the batch
         if batch.cl is not None:
             self.keyed_batch = batch.cl_keyed
-            self._merge_cl(batch.cl, batch.cl_relations)
-        self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df) for name, df in batch.base.items()]
-                       + [lambda n=name, df=df: self._add_derivations(self.rels[n], df)
+            self._merge_cl(batch.cl, batch.cl_relations, batch.cl_rows)
+        def small(name: str) -> bool:
+            return batch.rows.get(name, BROADCAST_ROWS + 1) <= BROADCAST_ROWS
+        self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df, small(n))
+                        for name, df in batch.base.items()]
+                       + [lambda n=name, df=df: self._add_derivations(self.rels[n], df, small(n))
                           for name, df in batch.derived.items()])
         for level in self._levels(view_order):
             self._parallel([lambda n=name: self._run_view(self.rels[n]) for name in level])
@@ -179,23 +186,21 @@ class SparkMaintainer:
         self.result.refreshed.append(view.name)
         return self.result
 
-    def _merge_cl(self, entries: DataFrame, relations: set[str]) -> None:
+    def _merge_cl(self, entries: DataFrame, relations: set[str], rows: int | None) -> None:
         """Append the entries that grow an id's current one (one job). An id's relation and key hash
-        never change: entries disagreeing with each other or with the stored ones fail the job
-        (``raise_error``), which aborts the transaction. ``relations``: the relations of the entries.
+        never change: entries disagreeing with the stored ones fail the job (``raise_error``), which
+        aborts the transaction. ``entries`` holds at most one row per id (:attr:`SparkBatch.cl`);
+        ``relations``: the relations of the entries; ``rows``: at most how many there are.
 
         The entries written are kept (a local checkpoint) with their length before (``o_cl``, null for
         a new id), from which step 5 reads the flips."""
-        merged = entries.groupBy("id").agg(
-            F.min("rel").alias("rel"), F.min("kh").alias("kh"), F.max("cl").alias("cl"), F.max("stamp").alias("stamp"),
-            ((F.min("rel") != F.max("rel")) | ~F.min("kh").eqNullSafe(F.max("kh"))
-             | ((F.count("kh") > 0) & (F.count("kh") < F.count(F.lit(1))))).alias("mixed"))
-        current = current_cl(self.txn.read(CL))
-        old = current.select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
+        self.small = rows is not None and rows <= BROADCAST_ROWS  # the entries written are at most these
+        # only the stored rows of the batch's ids are grouped (read by broadcast when the batch is small)
+        stored = self.txn.read(CL).join(small_side(entries.select("id"), self.small), "id", "left_semi")
+        old = current_cl(stored).select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
                              F.col("stamp").alias("o_stamp"))
-        joined = merged.join(old, "id", "left")
-        forged = F.col("mixed") | (F.col("o_rel").isNotNull()
-                                   & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh"))))
+        joined = entries.join(old, "id", "left")
+        forged = F.col("o_rel").isNotNull() & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh")))
         grew = (F.col("o_cl").isNull() | (F.col("cl") > F.col("o_cl"))
                 | (F.coalesce(F.col("stamp"), F.lit(b"")) > F.coalesce(F.col("o_stamp"), F.lit(b""))))
         cl = F.when(forged, F.raise_error(F.lit(FORGED_ENTRIES))).otherwise(F.greatest("cl", "o_cl"))
@@ -203,32 +208,37 @@ class SparkMaintainer:
             "id", "rel", cl.cast("int").alias("cl"), "kh", F.greatest("stamp", "o_stamp").alias("stamp"),
             F.lit(self.seq).alias("seq"), "o_cl").localCheckpoint(eager=False)  # kept for the flips (step 5)
         # compaction keeps each id's current entry only (its newest row already holds the maxima)
-        _, rows = self.txn.append(CL, written.select(*CL_COLUMNS),
+        _, wrote = self.txn.append(CL, written.select(*CL_COLUMNS),
                                   compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
-        if rows:
-            self.result.cl_changed = rows
+        if wrote:
+            self.result.cl_changed = wrote
             self.flipped = set(relations)
             self.written = written
 
-    def _add_tuples(self, rel: Relation, tuples: DataFrame) -> None:
-        """Append the base tuples ``rel`` lacks; they are its delta."""
+    def _add_tuples(self, rel: Relation, tuples: DataFrame, small: bool) -> None:
+        """Append the base tuples ``rel`` lacks; they are its delta. ``small``: ``tuples`` can be
+        broadcast (at most :data:`BROADCAST_ROWS` rows)."""
         key = tuples_key(rel)
-        new = tuples.dropDuplicates(["id"]).join(self.txn.read(key).select("id"), "id", "left_anti")
+        tuples = tuples.dropDuplicates(["id"])
+        stored = self.txn.read(key).select("id").join(small_side(tuples.select("id"), small), "id", "left_semi")
+        new = tuples.join(stored, "id", "left_anti")
         part, n = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
             self.result.new_tuples[rel.name] = self.result.new_tuples.get(rel.name, 0) + n
 
-    def _add_derivations(self, rel: Relation, monos: DataFrame) -> None:
+    def _add_derivations(self, rel: Relation, monos: DataFrame, small: bool) -> None:
         """Append the derivations ``rel`` lacks; they are its delta. A remote source that keeps nothing
         (no view joins it) passes what it received on as its delta: re-adding a derivation a view
-        already has is a no-op there."""
+        already has is a no-op there. ``small``: ``monos`` can be broadcast (at most
+        :data:`BROADCAST_ROWS` rows), so only the stored derivations of its tuples are compared."""
         if rel.kind is RelationKind.SOURCE and not rel.stored:
             self.delta[rel.name] = monos
             return
         key = monos_key(rel)
-        new = monos.dropDuplicates(["vid", "ids"]).join(self.txn.read(key).select("vid", "ids"),
-                                                        ["vid", "ids"], "left_anti")
+        monos = monos.dropDuplicates(["vid", "ids"])
+        stored = self.txn.read(key).select("vid", "ids").join(small_side(monos.select("vid"), small), "vid", "left_semi")
+        new = monos.join(stored, ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
@@ -254,9 +264,9 @@ class SparkMaintainer:
         with view_errors(view.name):
             name = self._view(union_all([self.spark.sql(q.sql("spark"))
                                          for q in plan.delta_queries(changed, self._source)]))
-            cand = self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, `{IDS}` AS ids, "
-                                  f"{', '.join(aug_cols(view))} FROM {name}")
-            self._add_derivations(view, cand)
+            cand = self._keep(self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, "
+                                             f"`{IDS}` AS ids, {', '.join(aug_cols(view))} FROM {name}"))
+            self._add_derivations(view, cand, cand.count() <= BROADCAST_ROWS)  # computes the candidates once
 
     def _visibility(self) -> DataFrame:
         return visibility(current_cl(self.txn.read(CL)), self.shape.key_versions)
@@ -293,7 +303,7 @@ class SparkMaintainer:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
                 narrow = self.shape.narrow(rel, self.rels)
                 changes = self._keep(summed_changes(rel, count_changes(
-                    rel, old, self.delta.get(rel.name), mine, vis_after, narrow, self._keep)))
+                    rel, old, self.delta.get(rel.name), mine, vis_after, narrow, self._keep, self.small)))
                 patched = patched_counts(rel, app, changes, changes.count())  # materialized, then joined
             self.txn.replace(app_key(rel), patched)
         self._parallel([lambda r=rel: patch(r) for rel in todo])
@@ -305,7 +315,8 @@ class SparkMaintainer:
         keys may have several (:class:`~crr.spark.tables.StateShape`), so later batches look up
         every keyed entry's key, not only new ids' keys."""
         assert self.written is not None
-        found = key_versions(self.written, cl, new_ids_only=not self.shape.versions).agg(
+        found = key_versions(self.written, cl, new_ids_only=not self.shape.versions,
+                             small=self.small).agg(
             F.count(F.lit(1)).alias("versions"), F.max(F.col("rival").cast("int")).alias("rivals")).collect()[0]
         if found["versions"] and not self.shape.versions:
             self.shape = self.shape.grown(False, set(), versions=True)

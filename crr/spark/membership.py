@@ -33,10 +33,9 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, functions as F
 
 from crr.catalog import Relation
-from crr.spark.tables import aug_cols, current_cl, union_all, visibility
+from crr.spark.tables import BROADCAST_ROWS, aug_cols, current_cl, small_side, union_all, visibility
 from crr.types import TypeFamily, type_family
 
-BROADCAST_ROWS = 1_000_000  # a batch's frames up to this many rows are joined by broadcast
 COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; the site's state is inconsistent, "
                     "restore the folder from a backup")
 
@@ -62,17 +61,18 @@ def parity_flips(written: DataFrame) -> DataFrame:
     return written.where(before != after).select("id", "rel", F.when(after, 1).otherwise(-1).alias("d"))
 
 
-def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool) -> DataFrame:
+def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool, small: bool) -> DataFrame:
     """``(kh, rival)``: the other versions of the written keyed entries' keys, one row each: another
     written entry of the key (a rival), or another id's stored version (a rival when present;
     ``cl``: after the batch, which wrote ``written``). ``new_ids_only``: the site has never stored
     two ids of one key, so a stored id's key has no other version stored, and only the keys of new
-    ids are looked up."""
+    ids are looked up. ``small``: ``written`` has at most :data:`BROADCAST_ROWS` rows, so its key
+    hashes are broadcast and ``cl`` is scanned, not shuffled."""
     keyed = written.where(F.col("kh").isNotNull())
     twice = (keyed.groupBy("kh").agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
              .select("kh", F.lit(True).alias("rival")))
     probe = keyed.where(F.col("o_cl").isNull()) if new_ids_only else keyed
-    stored = current_cl(cl.join(probe.select("kh"), "kh", "left_semi").join(keyed.select("id"), "id", "left_anti"))
+    stored = current_cl(cl.join(small_side(probe.select("kh"), small), "kh", "left_semi").join(keyed.select("id"), "id", "left_anti"))
     return twice.unionByName(stored.select("kh", (F.col("cl") % 2 == 1).alias("rival")))
 
 
@@ -107,13 +107,14 @@ def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool, keep: K
 
 
 def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: DataFrame | None,
-                  vis_after: VisibleAfter, narrow: bool, keep: Keep) -> DataFrame:
+                  vis_after: VisibleAfter, narrow: bool, keep: Keep, small: bool) -> DataFrame:
     """``(key, cols..., n)``: count changes of derived relation ``rel`` (rows may repeat a key; their
     sum is the change). ``old``: its monomials before the batch; ``new``: those the batch added;
     ``flips``: :func:`parity_flips` of the ids in its lineage; ``narrow``: every monomial has one id
-    (alive is that id's visibility); ``keep``: keeps a frame, computed once, for the rest of the batch."""
+    (alive is that id's visibility); ``keep``: keeps a frame, computed once, for the rest of the batch;
+    ``small``: the flips are few enough to broadcast (the old monomials are scanned, not shuffled)."""
     cols = aug_cols(rel)
-    d = flips.select("id", "d") if flips is not None else None
+    d = small_side(flips.select("id", "d"), small) if flips is not None else None
     if narrow:
         parts = []
         if d is not None:  # an old monomial of a flipped id changes by the flip

@@ -145,6 +145,15 @@ def union_all(frames: list[DataFrame]) -> DataFrame:
     return out
 
 
+BROADCAST_ROWS = 1_000_000  # a batch's frames up to this many rows are joined by broadcast
+
+
+def small_side(df: DataFrame, small: bool) -> DataFrame:
+    """``df`` marked for broadcast when ``small`` (a batch's frame of at most :data:`BROADCAST_ROWS`
+    rows): a join with a state table then scans the table once instead of shuffling it."""
+    return F.broadcast(df) if small else df
+
+
 def current_cl(cl: DataFrame) -> DataFrame:
     """Each id's current entry ``(id, rel, kh, cl, stamp, seq)``: the maxima over its rows."""
     return cl.groupBy("id").agg(F.first("rel").alias("rel"), F.first("kh").alias("kh"), F.max("cl").alias("cl"),
