@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", type=_int_list, default="10000,20000,30000,40000,50000,60000,70000,80000,90000,100000")
     p.add_argument("--batch", type=_positive_int, default=1000)
     p.add_argument("--repeat", type=_positive_int, default=10)
+    _experiments_option(p)
     common(p)
     p = bs.add_parser("writes", help="single-row INSERT/UPDATE/DELETE latency vs plain DuckDB")
     p.add_argument("--ops", type=_positive_int, default=500)
@@ -60,7 +61,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", type=_int_list, default="1000000")
     p.add_argument("--batch", type=_positive_int, default=100000)
     p.add_argument("--repeat", type=_positive_int, default=3)
+    _experiments_option(p)
     common(p)
+
+
+def _experiments_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--experiments", type=_experiment_list, default=None,
+                   help="comma-separated subset of project-insert, project-delete, join-insert, join-delete "
+                   "(default: all); a view's inserts always run, its deletes only when its delete experiment is named")
+
+
+def _experiment_list(text: str) -> str:
+    """An argparse type: a comma-separated list of the paper's experiment names (kept as text)."""
+    from crr.bench.data import EXPERIMENTS
+    names = _names(text)
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one experiment, e.g. project-insert")
+    for name in names:
+        if name not in EXPERIMENTS:
+            raise argparse.ArgumentTypeError(f"{name!r} is not an experiment; choose from {', '.join(EXPERIMENTS)}")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -82,6 +102,15 @@ def _int_list(text: str) -> str:
     for x in parts:
         _positive_int(x.strip())
     return text
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in str(text).split(",") if x.strip())
+
+
+def _experiments(args: argparse.Namespace) -> tuple[str, ...]:
+    from crr.bench.data import EXPERIMENTS
+    return _names(args.experiments) if args.experiments else EXPERIMENTS
 
 
 def _ints(text: str) -> list[int]:
@@ -112,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
 def _dispatch(name: str, args: argparse.Namespace, say):
     if name == "paper":
         from crr.bench import paper
-        records = paper.run(_ints(args.sizes), args.batch, args.repeat, say)
+        records = paper.run(_ints(args.sizes), args.batch, args.repeat, say, experiments=_experiments(args))
         report.paper_table(records)
         return records, lambda d: report.paper_plots(records, d)
     if name == "spark":
@@ -120,7 +149,8 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         from crr.bench.gupta_spark import stop_spark
         try:
             records = paper.run(_ints(args.sizes), args.batch, args.repeat, say,
-                                algorithms=("crr", "gupta-duckdb", "gupta-spark", "crr-spark"))
+                                algorithms=("crr", "gupta-duckdb", "gupta-spark", "crr-spark"),
+                                experiments=_experiments(args))
         finally:
             stop_spark()
         report.paper_table(records, baseline="gupta-spark")

@@ -25,6 +25,7 @@ VIEWS = {
     "join": "SELECT r1.a, r1.b, r1.c, r1.d, r1.e, r2.k FROM r1 JOIN r2 ON r1.c = r2.c",
 }
 VIEW_NAMES = {"project": "pi_bc", "join": "r1_join_r2"}  # relation names of the two views
+EXPERIMENTS = ("project-insert", "project-delete", "join-insert", "join-delete")  # view-phase, as records name them
 PLAIN_R1 = "CREATE TABLE r1 (a INTEGER, b INTEGER, c INTEGER, d INTEGER, e VARCHAR)"
 PLAIN_R2 = "CREATE TABLE r2 (k INTEGER, c INTEGER)"
 

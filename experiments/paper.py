@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from crr.site import Site
-from crr.bench.data import PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
+from crr.bench.data import EXPERIMENTS, PLAIN_R1, PLAIN_R2, VIEW_NAMES, VIEWS, ddl, r1_rows, r2_rows
 from crr.bench.gupta_duckdb import GuptaDuckDB
 from crr.bench.state import CRR_NARROW, GUPTA_NARROW, State, crr_state, gupta_state, spark_state
 from crr.bench.streams import paper_streams
@@ -193,14 +193,23 @@ ALGORITHMS = {"crr": _Crr, "gupta-duckdb": _GuptaDuckDB, "gupta-spark": _GuptaSp
 
 def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s: None,
         views: tuple[str, ...] = ("project", "join"),
-        algorithms: tuple[str, ...] = ("crr", "gupta-duckdb"), check: bool = True) -> list[dict]:
+        algorithms: tuple[str, ...] = ("crr", "gupta-duckdb"), check: bool = True,
+        experiments: tuple[str, ...] = EXPERIMENTS) -> list[dict]:
     """Run the experiments; return one record per (experiment, n, algorithm). With ``check``, every
     algorithm's view must hold exactly the rows of a plain DuckDB evaluation of the view at the end
-    of each phase of each repetition (checked outside the timed region; AssertionError otherwise)."""
+    of each phase of each repetition (checked outside the timed region; AssertionError otherwise).
+
+    Only the ``experiments`` named (of :data:`EXPERIMENTS`) on the ``views`` given are reported; a
+    view's inserts always run (its deletes remove them), its deletes only when asked for."""
+    unknown = sorted(set(experiments) - set(EXPERIMENTS))
+    if unknown:
+        raise ValueError(f"unknown experiments {unknown}; choose from {', '.join(EXPERIMENTS)}")
+    views = tuple(v for v in views if any(e.startswith(f"{v}-") for e in experiments))
+    deletes = any(e.endswith("-delete") for e in experiments)
     total = max(sizes)
     r1, r2 = r1_rows(total), r2_rows()
-    progress(f"generating streams: {total} inserts and {total} deletes in batches of {batch}")
-    streams = paper_streams(r1, r2, batch, total)
+    progress(f"generating streams: {total} inserts{f' and {total} deletes' if deletes else ''} in batches of {batch}")
+    streams = paper_streams(r1, r2, batch, total if deletes else 0)
     checkpoints = sorted(set(sizes))
     times: dict[tuple, list[float]] = {}
     state: dict[tuple, dict] = {}
@@ -213,6 +222,8 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
                     progress(f"repetition {rep + 1}/{repeat}: {view} view, {algo}")
                     site = ALGORITHMS[algo](os.path.join(folder, f"{algo}-{view}-{rep}.duckdb"), view, streams)
                     for phase, batches in (("insert", streams.inserts), ("delete", streams.deletes)):
+                        if phase == "delete" and f"{view}-delete" not in experiments:
+                            continue
                         elapsed, done = 0.0, 0
                         for b in batches:
                             t0 = time.perf_counter()
@@ -231,6 +242,8 @@ def run(sizes: list[int], batch: int, repeat: int, progress: Progress = lambda s
                     site.close()
     records = []
     for (experiment, n, algo), ts in sorted(times.items()):
+        if experiment not in experiments:
+            continue
         records.append({
             "experiment": experiment, "n": n, "batch": batch, "algorithm": algo,
             "seconds": statistics.median(ts), "seconds_min": min(ts), "seconds_max": max(ts),

@@ -62,7 +62,8 @@ class PaperStreams:
 
 
 def paper_streams(r1: pa.Table, r2: pa.Table, batch: int, delete_n: int) -> PaperStreams:
-    """Insert all of ``r1`` at a base site, then delete its first ``delete_n`` rows; cut both into batches."""
+    """Insert all of ``r1`` at a base site, then delete its first ``delete_n`` rows; cut both into batches
+    (``delete_n`` = 0: no deletes, an empty delete stream)."""
     base = Site(site_id="base")
     for stmt in ddl("REPLICATED TABLE"):
         base.execute(stmt)
@@ -71,9 +72,11 @@ def paper_streams(r1: pa.Table, r2: pa.Table, batch: int, delete_n: int) -> Pape
     before = base.cursor
     base.insert_many("r1", r1)
     ins = base.changes(since=before, relations=["r1"])
-    mid = base.cursor
-    doomed = r1.slice(0, delete_n)
-    base.execute("DELETE FROM r1 WHERE a < ?", [delete_n])
-    dels = base.changes(since=mid, relations=["r1"])
+    deletes: list[Batch] = []
+    if delete_n:
+        mid = base.cursor
+        doomed = r1.slice(0, delete_n)
+        base.execute("DELETE FROM r1 WHERE a < ?", [delete_n])
+        deletes = cut(base.changes(since=mid, relations=["r1"]), doomed, batch, -1)
     base.close()
-    return PaperStreams(r2=r2_cs, r2_rows=r2, inserts=cut(ins, r1, batch, +1), deletes=cut(dels, doomed, batch, -1))
+    return PaperStreams(r2=r2_cs, r2_rows=r2, inserts=cut(ins, r1, batch, +1), deletes=deletes)

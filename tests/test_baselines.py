@@ -219,3 +219,26 @@ def test_paper_run_checks_view_contents(monkeypatch):
     monkeypatch.setattr(paper._GuptaDuckDB, "contents", off_by_one)
     with pytest.raises(AssertionError, match="gupta-duckdb's join view differs"):
         paper.run([200], 100, 1, views=("join",), algorithms=("crr", "gupta-duckdb"))
+
+
+def test_paper_run_runs_only_the_experiments_named(monkeypatch):
+    """``--experiments``: records of the named experiments only, and no delete batch applied when no
+    delete experiment is named (a 10M-row insert run need not generate or replay 10M deletes)."""
+    from crr.bench import paper
+    applied = []
+    original = paper._Crr.apply
+
+    def counting(self, batch) -> None:
+        applied.append(batch.sign)
+        original(self, batch)
+    monkeypatch.setattr(paper._Crr, "apply", counting)
+    records = paper.run([100, 200], 100, 1, algorithms=("crr", "gupta-duckdb"), experiments=("project-insert",))
+    assert {(r["experiment"], r["n"], r["algorithm"]) for r in records} == {
+        ("project-insert", n, a) for n in (100, 200) for a in ("crr", "gupta-duckdb")}
+    assert applied == [1, 1]  # two insert batches into the projection site, no deletes, no join site
+    applied.clear()
+    records = paper.run([200], 100, 1, algorithms=("crr",), experiments=("join-delete",))
+    assert [r["experiment"] for r in records] == ["join-delete"]
+    assert applied == [1, 1, -1, -1]  # the inserts the deletes remove, then the deletes
+    with pytest.raises(ValueError, match="unknown experiments"):
+        paper.run([200], 100, 1, experiments=("project-upsert",))

@@ -62,7 +62,7 @@ class SparkBatch:
     cl_rows: int | None = None  # at most how many entries ``cl`` holds (None: unknown)
     cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
     wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
-    rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of ``base``/``derived`` has
+    rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of base/derived has
 
 
 @dataclass
@@ -197,10 +197,11 @@ class SparkMaintainer:
         self.small = rows is not None and rows <= BROADCAST_ROWS  # the entries written are at most these
         # only the stored rows of the batch's ids are grouped (read by broadcast when the batch is small)
         stored = self.txn.read(CL).join(small_side(entries.select("id"), self.small), "id", "left_semi")
-        old = current_cl(stored).select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"), F.col("cl").alias("o_cl"),
-                             F.col("stamp").alias("o_stamp"))
+        old = current_cl(stored).select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"),
+                                        F.col("cl").alias("o_cl"), F.col("stamp").alias("o_stamp"))
         joined = entries.join(old, "id", "left")
-        forged = F.col("o_rel").isNotNull() & ((F.col("o_rel") != F.col("rel")) | ~F.col("o_kh").eqNullSafe(F.col("kh")))
+        forged = F.col("o_rel").isNotNull() & ((F.col("o_rel") != F.col("rel"))
+                                               | ~F.col("o_kh").eqNullSafe(F.col("kh")))
         grew = (F.col("o_cl").isNull() | (F.col("cl") > F.col("o_cl"))
                 | (F.coalesce(F.col("stamp"), F.lit(b"")) > F.coalesce(F.col("o_stamp"), F.lit(b""))))
         cl = F.when(forged, F.raise_error(F.lit(FORGED_ENTRIES))).otherwise(F.greatest("cl", "o_cl"))
@@ -209,7 +210,7 @@ class SparkMaintainer:
             F.lit(self.seq).alias("seq"), "o_cl").localCheckpoint(eager=False)  # kept for the flips (step 5)
         # compaction keeps each id's current entry only (its newest row already holds the maxima)
         _, wrote = self.txn.append(CL, written.select(*CL_COLUMNS),
-                                  compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
+                                   compact=lambda cl: current_cl(cl).select(*CL_COLUMNS))
         if wrote:
             self.result.cl_changed = wrote
             self.flipped = set(relations)
@@ -237,7 +238,8 @@ class SparkMaintainer:
             return
         key = monos_key(rel)
         monos = monos.dropDuplicates(["vid", "ids"])
-        stored = self.txn.read(key).select("vid", "ids").join(small_side(monos.select("vid"), small), "vid", "left_semi")
+        stored = self.txn.read(key).select("vid", "ids").join(small_side(monos.select("vid"), small), "vid",
+                                                               "left_semi")
         new = monos.join(stored, ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:

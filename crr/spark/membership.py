@@ -72,7 +72,8 @@ def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool, small: b
     twice = (keyed.groupBy("kh").agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
              .select("kh", F.lit(True).alias("rival")))
     probe = keyed.where(F.col("o_cl").isNull()) if new_ids_only else keyed
-    stored = current_cl(cl.join(small_side(probe.select("kh"), small), "kh", "left_semi").join(keyed.select("id"), "id", "left_anti"))
+    stored = current_cl(cl.join(small_side(probe.select("kh"), small), "kh", "left_semi")
+                        .join(keyed.select("id"), "id", "left_anti"))
     return twice.unionByName(stored.select("kh", (F.col("cl") % 2 == 1).alias("rival")))
 
 
