@@ -96,15 +96,16 @@ def _positive_int(text: str) -> int:
 
 def _int_list(text: str) -> str:
     """An argparse type: a comma-separated list of positive whole numbers (kept as text)."""
-    parts = [x for x in str(text).split(",") if x.strip()]
+    parts = _names(text)
     if not parts:
         raise argparse.ArgumentTypeError("give at least one number, e.g. 1000,10000")
     for x in parts:
-        _positive_int(x.strip())
+        _positive_int(x)
     return text
 
 
 def _names(text: str) -> tuple[str, ...]:
+    """The stripped, non-empty items of a comma-separated list."""
     return tuple(x.strip() for x in str(text).split(",") if x.strip())
 
 
@@ -114,7 +115,7 @@ def _experiments(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in str(text).split(",") if x.strip()]
+    return [int(x) for x in _names(text)]
 
 
 def run(args: argparse.Namespace) -> int:
