@@ -238,9 +238,13 @@ class SparkMaintainer:
             return
         key = monos_key(rel)
         monos = monos.dropDuplicates(["vid", "ids"])
-        stored = self.txn.read(key).select("vid", "ids").join(small_side(monos.select("vid"), small), "vid",
-                                                               "left_semi")
-        new = monos.join(stored, ["vid", "ids"], "left_anti")
+        # the stored derivations of the batch's tuples whose first id is a batch monomial's: one scan
+        # probing both (a projection's tuple has many monomials, a join's popular id many tuples)
+        first = F.col("ids")[0].alias("first")
+        stored = (self.txn.read(key).select("vid", "ids", first)
+                  .join(small_side(monos.select("vid").distinct(), small), "vid", "left_semi")
+                  .join(small_side(monos.select(first).distinct(), small), "first", "left_semi"))
+        new = monos.join(stored.select("vid", "ids"), ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
