@@ -482,6 +482,18 @@ def aug_cl(site: crr.Site) -> list[tuple]:
     return site.execute("SELECT id, rel, cl FROM _crr.cl ORDER BY id")
 
 
+def _edge_duck_spark(spark, tmp_path, edge_ddl: list[str], ddl: list[str]) -> tuple[crr.Site, crr.Site, SparkSite]:
+    """An edge site running ``edge_ddl``, and a DuckDB site and a Spark site both running ``ddl``."""
+    edge = crr.Site(site_id="edge")
+    for stmt in edge_ddl:
+        edge.execute(stmt)
+    duck, site = crr.Site(site_id="duck"), SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for s in (duck, site):
+        for stmt in ddl:
+            s.execute(stmt)
+    return edge, duck, site
+
+
 def _shape(site: SparkSite) -> dict:
     return site._store.meta["shape"]
 
@@ -491,14 +503,10 @@ def test_state_shape_picks_cheaper_membership_plans_and_grows_with_the_state(spa
     a monomial of several ids; views stay equal to a DuckDB site's while the shape grows (a narrow
     source turning wide, unkeyed entries joined by keyed ones), after a reopen, and for a site whose
     manifest predates the shape (read conservatively)."""
-    edge = crr.Site(site_id="edge")
-    edge.execute("CREATE REPLICATED TABLE r (a INTEGER, b INTEGER)")
-    edge.execute("CREATE REPLICATED TABLE s (b INTEGER, c INTEGER)")
-    edge.execute("CREATE MATERIALIZED VIEW u AS SELECT a AS x FROM r WHERE b < 35 UNION SELECT r.a FROM r JOIN s ON r.b = s.b")
-    duck, site = crr.Site(site_id="duck"), SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
-    for s in (duck, site):
-        s.execute("CREATE REMOTE SOURCE u (x INTEGER)")
-        s.execute("CREATE MATERIALIZED VIEW big AS SELECT x FROM u WHERE x > 1")
+    edge, duck, site = _edge_duck_spark(spark, tmp_path, [
+        "CREATE REPLICATED TABLE r (a INTEGER, b INTEGER)", "CREATE REPLICATED TABLE s (b INTEGER, c INTEGER)",
+        "CREATE MATERIALIZED VIEW u AS SELECT a AS x FROM r WHERE b < 35 UNION SELECT r.a FROM r JOIN s ON r.b = s.b"],
+        ["CREATE REMOTE SOURCE u (x INTEGER)", "CREATE MATERIALIZED VIEW big AS SELECT x FROM u WHERE x > 1"])
     assert _shape(site) == {"keyed": False, "wide": [], "versions": False}
     edge.execute("INSERT INTO r VALUES (1, 10), (2, 20), (3, 30)")
     cursor = edge.cursor
@@ -549,12 +557,9 @@ def test_derivations_received_again_are_not_stored_twice(spark, tmp_path):
     """Merging a changeset again, or one that overlaps an earlier one, stores only the derivations the
     site lacks: a projection's tuple has several, so the stored ones are found by tuple and first id.
     Memberships stay equal to a DuckDB site's through the deletes that follow."""
-    edge = crr.Site(site_id="edge")
-    edge.execute("CREATE REPLICATED TABLE r (a INTEGER, b INTEGER)")
-    edge.execute("CREATE MATERIALIZED VIEW u AS SELECT b FROM r")
-    duck, site = crr.Site(site_id="duck"), SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
-    for s in (duck, site):
-        s.execute("CREATE REMOTE TABLE u (b INTEGER)")
+    edge, duck, site = _edge_duck_spark(spark, tmp_path, [
+        "CREATE REPLICATED TABLE r (a INTEGER, b INTEGER)", "CREATE MATERIALIZED VIEW u AS SELECT b FROM r"],
+        ["CREATE REMOTE TABLE u (b INTEGER)"])
     edge.execute("INSERT INTO r VALUES (1, 10), (2, 10), (3, 20)")
     first = edge.changes(relations=["u"]).to_bytes()
     assert site.merge(first).new_monomials == {"u": 3}
