@@ -232,7 +232,8 @@ class SparkMaintainer:
         """Append the derivations ``rel`` lacks; they are its delta. A remote source that keeps nothing
         (no view joins it) passes what it received on as its delta: re-adding a derivation a view
         already has is a no-op there. ``small``: ``monos`` can be broadcast (at most
-        :data:`BROADCAST_ROWS` rows), so only the stored derivations of its tuples are compared."""
+        :data:`BROADCAST_ROWS` rows), so the stored derivations are scanned once, not shuffled: only
+        those of its tuples whose first id is one of its monomials' first ids are compared."""
         if rel.kind is RelationKind.SOURCE and not rel.stored:
             self.delta[rel.name] = monos
             return
