@@ -13,6 +13,7 @@ import warnings
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def arrow_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
@@ -21,3 +22,10 @@ def arrow_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
         return cursor.to_arrow_table()
+
+
+def bool_column(values: pa.Array) -> pa.Array:
+    """A BOOLEAN column as Arrow booleans (DuckDB's lossless Arrow output sends ``arrow.bool8``, one
+    byte a value)."""
+    values = getattr(values, "storage", values)
+    return values if pa.types.is_boolean(values.type) else pc.cast(values, pa.bool_())

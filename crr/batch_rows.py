@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from crr.catalog import Relation
-from crr.types import quote_str, text_value_sql, tuple_id_sql
+from crr.types import quote_ident, quote_str, text_value_sql, tuple_id_sql
 
 
 class RowsKind(Enum):
@@ -54,6 +54,18 @@ def cols_sql(rel: Relation, qualifier: str = "") -> str:
     """Comma-separated AUG column list of a relation (``c0, c1, ...``), optionally qualified."""
     q = f"{qualifier}." if qualifier else ""
     return ", ".join(q + c.name for c in rel.aug_columns)
+
+
+def app_cols_sql(rel: Relation, qualifier: str = "") -> str:
+    """Comma-separated quoted list of the user's column names (the APP table's), optionally qualified."""
+    q = f"{qualifier}." if qualifier else ""
+    return ", ".join(q + quote_ident(c) for c in rel.column_names)
+
+
+def app_match(rel: Relation, app: str, aug: str) -> str:
+    """A join condition matching APP rows (user names) with AUG-named rows on all columns, NULLs equal."""
+    return " AND ".join(f"{app}.{quote_ident(c.name)} IS NOT DISTINCT FROM {aug}.{a.name}"
+                        for c, a in zip(rel.columns, rel.aug_columns))
 
 
 def written_app_changes_sql(rel: Relation, changes: WrittenChanges) -> str:

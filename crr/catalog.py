@@ -25,6 +25,9 @@ Storage layout of one site (all inside one DuckDB file):
   present when one of its monomials has only visible ids; that is evaluated for the tuples a batch
   touches. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
   select/project view needs only each batch's new tuples.
+* ``_crr."<v>$w"`` -- in place of ``$m``, for the one select/project view of a remote source that
+  keeps nothing: the source's causal-length entries (not in ``_crr.cl``) and the view's derivations,
+  one row per tuple id (``colocated`` in the catalog; see :mod:`crr.colocated`).
 * ``_crr."<r>$i"`` -- inverted index ``(id, vid)`` from tuple ids to the tuples whose monomials hold
   them, kept when monomials may hold more than one id (joins, remote inputs); width-1 relations use
   ``$m.mid``. It only finds the tuples to re-evaluate when an id flips, so absorption leaves its
@@ -79,6 +82,8 @@ class Relation:
     # a remote table or source that has received a view's monomials, not only a replicated table's
     # tuples (then an id may sit in several of its tuples, which may arrive in different merges)
     derived: bool = False
+    # a view whose derivations live with its source's causal lengths in ``$w`` (crr.colocated)
+    colocated: bool = False
 
     @property
     def is_base(self) -> bool:
@@ -130,7 +135,7 @@ class Relation:
         return f"({cols}{key})"
 
     def aug(self, suffix: str) -> str:
-        """Qualified name of one of the relation's AUG tables (suffix ``t``, ``m`` or ``i``)."""
+        """Qualified name of one of the relation's AUG tables (suffix ``t``, ``m``, ``i`` or ``w``)."""
         return f"{SCHEMA}.{quote_ident(self.name + '$' + suffix)}"
 
     @property
@@ -275,6 +280,7 @@ CATALOG_DDL = [
         definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER, stored BOOLEAN, derived BOOLEAN)""",
     # files written before ``derived`` existed: unknown, so assumed (it only costs a faster path)
     f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS derived BOOLEAN DEFAULT true",
+    f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS colocated BOOLEAN DEFAULT false",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
@@ -282,11 +288,17 @@ CATALOG_DDL = [
 ]
 
 
+CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, indexed, position, stored, derived, "
+                   "colocated")
+"""``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
+TABLE, at the end: read them by name)."""
+
+
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
             json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position,
-            rel.stored, rel.derived]
+            rel.stored, rel.derived, rel.colocated]
 
 
 def relation_from_row(row: tuple) -> Relation:
@@ -296,10 +308,11 @@ def relation_from_row(row: tuple) -> Relation:
     # a row written before ``derived`` existed (a Spark manifest's): unknown, so assumed for remote relations
     remote = kind in (RelationKind.REMOTE, RelationKind.SOURCE)
     derived = remote and (row[10] if len(row) > 10 else True)
+    colocated = bool(row[11]) if len(row) > 11 else False
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored),
-                    derived=bool(derived))
+                    derived=bool(derived), colocated=colocated)
 
 
 def aug_ddl(rel: Relation) -> list[str]:
@@ -314,6 +327,9 @@ def aug_ddl(rel: Relation) -> list[str]:
         return stmts
     if rel.is_base:
         stmts.append(f"CREATE TABLE {rel.aug('t')} (id UHUGEINT, {cols}, seq BIGINT)")
+    elif rel.colocated:
+        stmts.append(f"""CREATE TABLE {rel.aug('w')} (id UHUGEINT, cl INTEGER, kh UHUGEINT, stamp UHUGEINT,
+                         vis BOOLEAN, seq BIGINT, vid UHUGEINT, {cols}, dseq BIGINT)""")
     else:
         stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)")
         if rel.indexed:
@@ -327,7 +343,7 @@ def drop_ddl(rel: Relation) -> list[str]:
     if rel.is_base:
         stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
     else:
-        stmts += [f"DROP TABLE IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('i')}"]
+        stmts += [f"DROP TABLE IF EXISTS {rel.aug(x)}" for x in ("m", "i", "w")]
     if rel.aggregate is not None:
         stmts += [f"DROP TABLE IF EXISTS {t}" for t in rel.aggregate.tables()]
     return stmts

@@ -115,11 +115,31 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
             ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
 
 
-def _keyed_delta_sql(entries: str) -> str:
+@dataclass(frozen=True)
+class EntryHome:
+    """The table a base relation's causal-length entries are stored in: ``_crr.cl``, which holds
+    every relation's entries with a ``rel`` column (:data:`CL`), or a table of one relation's entries
+    (:mod:`crr.colocated`), whose rows may also be tuples known before their entry (``cl`` 0)."""
+
+    table: str  # qualified name
+    relation: str | None = None  # the one relation whose entries the table holds; None for ``_crr.cl``
+
+    def stored_sql(self) -> str:
+        """FROM text of the stored entries ``(id, rel, kh, cl, stamp, vis)`` (rows with an entry only)."""
+        if self.relation is None:
+            return f"(SELECT id, rel, kh, cl, stamp, vis FROM {self.table})"
+        return f"(SELECT id, {quote_str(self.relation)} AS rel, kh, cl, stamp, vis FROM {self.table} WHERE cl > 0)"
+
+
+CL = EntryHome("_crr.cl")
+"""``_crr.cl``: the home of every base relation's entries but those :mod:`crr.colocated` keeps."""
+
+
+def _keyed_delta_sql(entries: str, home: EntryHome) -> str:
     """The keyed entries' part of a merge: every version of the batch's keys, merged, and those whose
     entry grows or whose visibility flips. Columns: id, rel, kh, cl, stamp, vis, grew.
 
-    ``_crr.cl`` is read once, for the rows of the batch's key hashes (a stored entry of a received id
+    ``home`` is read once, for the rows of the batch's key hashes (a stored entry of a received id
     has the id's key hash, unless the received entry is forged, which the MERGE refuses). A version
     is visible when it is present and has its key's largest stamp among present versions (a GROUP BY:
     windows are slower here).
@@ -130,8 +150,7 @@ def _keyed_delta_sql(entries: str) -> str:
                      greatest(n.cl, c.cl) AS cl, greatest(n.stamp, c.stamp) AS stamp,
                      coalesce(c.vis, false) AS old_vis,
                      n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
-              FROM n FULL JOIN (SELECT id, rel, kh, cl, stamp, vis FROM _crr.cl
-                                WHERE kh IN (SELECT kh FROM n)) c ON c.id = n.id)
+              FROM n FULL JOIN (SELECT * FROM {home.stored_sql()} WHERE kh IN (SELECT kh FROM n)) c ON c.id = n.id)
         SELECT id, rel, kh, cl, stamp, vis, grew FROM (
             SELECT v.*, coalesce(v.cl % 2 = 1 AND v.stamp = w.top, false) AS vis
             FROM v JOIN (SELECT kh, max(stamp) FILTER (WHERE cl % 2 = 1) AS top FROM v GROUP BY kh) w
@@ -139,13 +158,33 @@ def _keyed_delta_sql(entries: str) -> str:
         WHERE grew OR vis <> old_vis"""
 
 
-def present_key_versions_sql(entries: ReceivedEntries) -> str:
-    """How many present stored entries share a key hash with a received entry without being one of
-    the received ids: zero when no keyed entry's key has another present version here. Reads the
-    entries unchecked (a count decides nothing the MERGE's checks would refuse)."""
-    return f"""SELECT count(*) FROM (SELECT id FROM _crr.cl WHERE cl % 2 = 1
+def present_key_versions_sql(entries: ReceivedEntries, home: EntryHome = CL) -> str:
+    """How many present entries stored in ``home`` share a key hash with a received entry without
+    being one of the received ids: zero when no keyed entry's key has another present version here.
+    Reads the entries unchecked (a count decides nothing the MERGE's checks would refuse)."""
+    return f"""SELECT count(*) FROM (SELECT id FROM {home.table} WHERE cl % 2 = 1
                                         AND kh IN (SELECT kh FROM {entries.table} WHERE kh IS NOT NULL)) c
                ANTI JOIN {entries.table} e ON e.id = c.id"""
+
+
+def entry_delta_sql(received: ReceivedEntries, home: EntryHome, single_versions: bool) -> str:
+    """The received entries as a MERGE into ``home`` reads them: ``(id, rel, kh, cl, stamp, vis,
+    grew)``, checked (:func:`checked_entries_sql`). Unkeyed entries come as they are (``vis`` NULL:
+    the MERGE takes the maxima and the parity itself); keyed ones merged with the other versions
+    of their keys, with their visibility (:func:`_keyed_delta_sql`), unless ``single_versions``: the
+    caller checked that no keyed entry's key has another present version (see the module
+    docstring), so every entry takes the unkeyed form."""
+    entries = checked_entries_sql(received)
+    parts = []
+    if received.some_unkeyed or single_versions:
+        only_unkeyed = "" if single_versions else " WHERE kh IS NULL"
+        parts.append(f"""SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp, NULL::BOOLEAN AS vis,
+                                true AS grew FROM {entries}{only_unkeyed}""")
+    if received.some_keyed and not single_versions:
+        parts.append(_keyed_delta_sql(entries, home))
+    return " UNION ALL ".join(f"({p})" for p in parts) if parts else (
+        "SELECT NULL::UHUGEINT AS id, NULL AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "
+        "NULL::UHUGEINT AS stamp, NULL::BOOLEAN AS vis, false AS grew WHERE false")
 
 
 def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = False) -> str:
@@ -166,17 +205,7 @@ def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = Fa
     replicated state). ``single_versions``: the caller checked that no keyed entry's key has another
     present version (see the module docstring), so every entry takes the unkeyed form.
     """
-    entries = checked_entries_sql(received)
-    parts = []
-    if received.some_unkeyed or single_versions:
-        only_unkeyed = "" if single_versions else " WHERE kh IS NULL"
-        parts.append(f"""SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp, NULL::BOOLEAN AS vis,
-                                true AS grew FROM {entries}{only_unkeyed}""")
-    if received.some_keyed and not single_versions:
-        parts.append(_keyed_delta_sql(entries))
-    using = " UNION ALL ".join(f"({p})" for p in parts) if parts else (
-        "SELECT NULL::UHUGEINT AS id, NULL AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "
-        "NULL::UHUGEINT AS stamp, NULL::BOOLEAN AS vis, false AS grew WHERE false")
+    using = entry_delta_sql(received, CL, single_versions)
     grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"  # keyed rows arrive filtered already
     cl = "greatest(c.cl, d.cl)"
     return f"""MERGE INTO _crr.cl AS c USING ({using}) AS d ON c.id = d.id

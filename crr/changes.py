@@ -8,7 +8,7 @@ cursor ``since`` are the rows with a larger one:
 * a view, remote table or source sends its new monomials (:func:`monomials_sql`) and the values of
   their tuples (:func:`derived_tuples_sql`);
 * the causal-length entries that changed, for every base relation in the lineage of what is sent
-  (:func:`cl_entries_sql`).
+  (:func:`cl_entries_sql`; a co-located view keeps its source's, :mod:`crr.colocated`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
+from crr import colocated
 from crr.arrow_result import arrow_rows
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, RelationChanges
@@ -59,6 +60,9 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
         if rel.is_base:
             tuples = arrow_rows(con, base_tuples_sql(rel, since))
             monos = None
+        elif rel.colocated:
+            monos = arrow_rows(con, colocated.monomials_sql(rel, since))
+            tuples = arrow_rows(con, colocated.tuples_sql(rel, since))
         else:
             monos = arrow_rows(con, monomials_sql(rel, since))
             tuples = arrow_rows(con, derived_tuples_sql(rel, since))
@@ -66,4 +70,7 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
             columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
-    return out, arrow_rows(con, cl_entries_sql(lineage, since))
+    homes = colocated.homes_of(catalog)  # co-located sources' entries live with their views
+    parts = [cl_entries_sql(lineage - set(homes), since)]
+    parts += [colocated.entries_sql(view, source, since) for source, view in homes.items() if source in lineage]
+    return out, arrow_rows(con, " UNION ALL ".join(f"({p})" for p in parts))

@@ -41,10 +41,10 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from crr import aggregate
+from crr import aggregate, colocated
 from crr.arrow_build import FALSE, int64_range, string_scalar
-from crr.batch_rows import Rows, WrittenChanges, cols_sql, rows_sql, written_app_changes_sql
-from crr.arrow_result import arrow_rows
+from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
+from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
@@ -88,6 +88,8 @@ class Batch:
     applied_fresh: pa.Array | None = None
     # relation -> a batch write's exact APP changes (crr.writes)
     app_changes: dict[str, WrittenChanges] = field(default_factory=dict)
+    # what the batch brings co-located views: their sources' tuples and entries (crr.colocated)
+    colocated: list[colocated.ColocatedBatch] = field(default_factory=list)
 
 
 @dataclass
@@ -121,18 +123,6 @@ class BatchResult:
 def temp_table(name: str) -> str:
     """Qualified name of a connection-local temp table."""
     return f"temp.main.{quote_ident(name)}"
-
-
-def app_cols_sql(rel: Relation, qualifier: str = "") -> str:
-    """Comma-separated quoted list of the user's column names (the APP table's), optionally qualified."""
-    q = f"{qualifier}." if qualifier else ""
-    return ", ".join(q + quote_ident(c) for c in rel.column_names)
-
-
-def app_match(rel: Relation, app: str, aug: str) -> str:
-    """A join condition matching APP rows (user names) with AUG-named rows on all columns, NULLs equal."""
-    return " AND ".join(f"{app}.{quote_ident(c.name)} IS NOT DISTINCT FROM {aug}.{a.name}"
-                        for c, a in zip(rel.columns, rel.aug_columns))
 
 
 def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
@@ -259,17 +249,21 @@ class Maintainer:
             self._merge_cl(batch)
             for rel, rows in batch.base.items():
                 self._merge_base(self.rels[rel], rows_sql(self.rels[rel], rows), batch.local_write)
+        for part in batch.colocated:
+            with view_errors(part.view):
+                self._apply_colocated(part)
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], rows_sql(self.rels[rel], tuples),
                                  rows_sql(self.rels[rel], monos) if monos is not None else None)
         for name in view_order:
-            with view_errors(name):
-                self._run_view(self.rels[name])
+            if not self.rels[name].colocated:  # maintained by _apply_colocated
+                with view_errors(name):
+                    self._run_view(self.rels[name])
         for rel in self.rels.values():
             if rel.is_base:
                 if batch.applied_flips is None:
                     self._patch_base(rel)
-            elif rel.has_app:
+            elif rel.has_app and not rel.colocated:
                 with view_errors(rel.name):
                     self._refresh_derived(rel)
         return self.result
@@ -385,6 +379,36 @@ class Maintainer:
             self.widths.pop(rel.name, None)
         else:
             self.widths[rel.name] = width
+
+    # 3b. co-located views ----------------------------------------------------------------------
+    def _apply_colocated(self, part: colocated.ColocatedBatch) -> None:
+        """Merge a co-located view's share of the batch: its source's entries and the derivations of
+        its source's tuples in one MERGE, then its APP changes (see :mod:`crr.colocated`)."""
+        view, source = self.rels[part.view], self.rels[part.source]
+        entries = part.entries
+        single = (entries is not None and entries.some_keyed and entries.one_per_key
+                  and self.con.execute(present_key_versions_sql(entries, colocated.home(view, source.name)))
+                  .fetchall()[0][0] == 0)
+        derivations = None
+        if part.tuples is not None:
+            key = ("colocated", view.name, part.tuples.table)
+            if key not in self.sql_cache:
+                self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), True)
+            derivations = self.sql_cache[key][0]
+        returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
+        if returned.num_rows == 0:
+            return
+        seq = pc.equal(returned.column("seq"), self.seq)
+        self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), 0))).as_py() or 0
+        counts = self.counts(view.name)
+        counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), self.seq)).as_py() or 0
+        derived = pc.is_valid(returned.column("vid"))
+        visible = bool_column(returned.column("vis").combine_chunks())
+        slot = self._register(f"_crr_w_{view.name}", returned)
+        if pc.any(pc.and_(derived, pc.invert(visible))).as_py():
+            counts.deleted += self.x(colocated.app_delete_sql(view, slot))
+        if pc.any(pc.and_(derived, visible)).as_py():
+            counts.inserted += self.x(colocated.app_insert_sql(view, slot))
 
     # 4. local views -----------------------------------------------------------------------------
     def _source(self, relation: str, delta: bool) -> exp.Expression:
@@ -747,13 +771,6 @@ class Maintainer:
         return self._all_new[relation]
 
 
-def _bools(values: pa.Array) -> pa.Array:
-    """A BOOLEAN column as Arrow booleans (DuckDB's lossless Arrow output sends ``arrow.bool8``, one
-    byte a value)."""
-    values = getattr(values, "storage", values)
-    return values if pa.types.is_boolean(values.type) else pc.cast(values, pa.bool_())
-
-
 def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
     """Per monomial (``ids`` column), whether every id is visible by ``flips`` (id, vis); None when
     some id has no row there (its visibility is only in ``_crr.cl``)."""
@@ -762,7 +779,7 @@ def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
     at = index_in(flat, flips.column("id"))
     if at.null_count:
         return None
-    visible = pc.fill_null(_bools(pc.take(flips.column("vis").combine_chunks(), at)), FALSE)
+    visible = pc.fill_null(bool_column(pc.take(flips.column("vis").combine_chunks(), at)), FALSE)
     lengths = pc.min_max(pc.list_value_length(ids)).as_py()
     if lengths["min"] == lengths["max"] == 1:  # one id each: the ids line up with the monomials
         return visible

@@ -33,6 +33,7 @@ from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import id_storage
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
+from crr.colocated import ColocatedBatch, homes_of
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
 
@@ -189,6 +190,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     batch = Batch()
     lineage: set[str] = set()
     key_hashes: list[KeyHashSource] = []  # keyed replicated tables' received tuples: key hashes to recompute
+    homes = homes_of(catalog)  # co-located source -> its view (crr.colocated)
+    colocated_tuples: dict[str, Rows] = {}  # their received tuples
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -202,6 +205,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                 batch.base[rel.name] = received
                 if rel.key:
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
+            elif rel.name in homes:
+                colocated_tuples[rel.name] = received
             else:
                 batch.derived[rel.name] = (received, None)
             continue
@@ -216,6 +221,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if orphans:
             raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials without their tuples")
         batch.derived[rel.name] = (Rows(tuples, RowsKind.CHECKED), Rows(monos, RowsKind.CHECKED))
+    by_home: dict[str, ReceivedEntries] = {}  # by home: "" for _crr.cl, else the co-located source's name
     if cs.cl is not None and cs.cl.num_rows and held:
         interest = set(lineage)
         for name in catalog:
@@ -223,14 +229,40 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         # read straight from Arrow by the causal-length statements (checked there)
         view = inputs.register("_crr_in_cl", cs.cl, [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
                                                      ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-        kh = id_storage(cs.cl.column("kh"))
-        names = cs.cl.column("rel").unique().to_pylist()
-        batch.received = ReceivedEntries(
-            table=view, relations=frozenset(interest),
-            keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key),
-            unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key),
-            key_hashes=tuple(key_hashes), max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
-            some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
-            one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
-            relation=names[0] if len(names) == 1 else None)
+        # a co-located source's entries are merged into its view's table (crr.colocated), the others into _crr.cl
+        wanted = {"": (interest - set(homes), tuple(key_hashes))}
+        wanted.update({source: ({source}, ()) for source in homes if source in interest})
+        for home, (relations, sources) in wanted.items():
+            entries = _received(catalog, view, cs.cl if not homes else _of(cs.cl, relations),
+                                frozenset(relations), sources, max_clock_skew)
+            if entries is not None:
+                by_home[home] = entries
+    batch.received = by_home.pop("", None)
+    for source, co in homes.items():
+        if source in colocated_tuples or source in by_home:
+            batch.colocated.append(ColocatedBatch(co.name, source, colocated_tuples.get(source), by_home.get(source)))
     return batch
+
+
+def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
+    """The entries of ``cl`` of the given relations."""
+    return cl.filter(pc.is_in(cl.column("rel"), value_set=pa.array(sorted(relations), pa.string())))
+
+
+def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
+              key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float) -> ReceivedEntries | None:
+    """The :class:`~crr.causal.ReceivedEntries` of the entries ``cl`` (read from ``table``) this site
+    takes for ``relations``; None when there are none. ``cl`` decides the MERGE's form (which entries
+    are keyed, whether two share a key)."""
+    if not cl.num_rows or not relations:
+        return None
+    kh = id_storage(cl.column("kh"))
+    names = cl.column("rel").unique().to_pylist()
+    return ReceivedEntries(
+        table=table, relations=relations,
+        keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key),
+        unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key),
+        key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
+        some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
+        one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
+        relation=names[0] if len(names) == 1 else None)

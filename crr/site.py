@@ -14,9 +14,10 @@ import pyarrow as pa
 
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
+from crr import colocated
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import (CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation, aug_ddl, drop_ddl,
-                         relation_from_row, relation_row)
+from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation,
+                         aug_ddl, drop_ddl, relation_from_row, relation_row)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -119,7 +120,7 @@ class Site:
                             f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
                             "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
-        rows = con.execute(f"SELECT * FROM {SCHEMA}.relations ORDER BY position").fetchall()
+        rows = con.execute(f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY position").fetchall()
         for row in rows:
             rel = relation_from_row(row)
             if rel.kind is RelationKind.VIEW:
@@ -137,10 +138,14 @@ class Site:
         ``_crr.cl``, so the largest of those is the counter. DDL, which can drop such rows, and
         ``close`` store both counters in ``_crr.meta``.
         """
-        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in self._rels.values() if rel.stored]
+        rels = self._rels.values()
+        tables = (["_crr.cl"] + [rel.aug("t" if rel.is_base else "w" if rel.colocated else "m") for rel in rels if rel.stored]
+                  + [f"(SELECT dseq AS seq FROM {rel.aug('w')})" for rel in rels if rel.colocated])
         union = " UNION ALL ".join(f"SELECT max(seq) AS s FROM {t}" for t in tables)
         seen = self._con.execute(f"SELECT max(s) FROM ({union})").fetchall()[0][0] or 0
-        stamp = self._con.execute(f"SELECT max(stamp) FROM {SCHEMA}.cl").fetchall()[0][0] or 0
+        stamps = " UNION ALL ".join(f"SELECT max(stamp) AS s FROM {t}"
+                                    for t in ["_crr.cl"] + [rel.aug("w") for rel in rels if rel.colocated])
+        stamp = self._con.execute(f"SELECT max(s) FROM ({stamps})").fetchall()[0][0] or 0
         return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
 
     def _save_counters(self) -> None:
@@ -264,6 +269,8 @@ class Site:
         if rel.is_base:
             rows = self._con.execute(f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}").fetchall()
             return {tuple(r[:-1]): [[r[-1]]] for r in rows}
+        if rel.colocated:
+            return {tuple(r[:-1]): r[-1] for r in self._con.execute(colocated.provenance_sql(rel)).fetchall()}
         rows = self._con.execute(f"""SELECT {cols_sql(rel)}, list_sort(list(ids)) FROM {rel.aug('m')}
                                      GROUP BY vid, {cols_sql(rel)}""").fetchall()
         return {tuple(r[:-1]): r[-1] for r in rows}
@@ -361,7 +368,8 @@ class Site:
         for ddl in aug_ddl(rel):
             self._con.execute(ddl)
         pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
-        self._con.execute(f"INSERT INTO {SCHEMA}.relations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", relation_row(rel, pos))
+        row = relation_row(rel, pos)
+        self._con.execute(f"INSERT INTO {SCHEMA}.relations ({CATALOG_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):
@@ -376,7 +384,9 @@ class Site:
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
                        indexed=width is not None and width > 1, aggregate=spec)
         to_store = self._rels.sources_to_store(plan)
+        rel = dataclasses.replace(rel, colocated=colocated.eligible(self._rels, rel))
         with self._transaction():
+            self._uncolocate(self._rels.with_(rel))  # a view over a co-located view or its source
             for source in to_store:
                 for ddl in aug_ddl(source):
                     self._con.execute(ddl)
@@ -418,6 +428,9 @@ class Site:
             raise CatalogError(f"no {self._kind_text(stmt.kind)} named {stmt.name} at this site")
         self._rels.check_drop(rel, stmt.kind, stmt.plain)
         with self._transaction():
+            if rel.colocated:  # its source's entries stay, in _crr.cl, as they would in the standard layout
+                self._uncolocate(self._rels, [rel])
+                rel = self._rels[rel.name]
             for ddl in drop_ddl(rel):
                 self._con.execute(ddl)
             self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
@@ -577,6 +590,14 @@ class Site:
         if m.indexed:
             self._stage(self._rels.with_(*(m.rels[name] for name in m.indexed)))
 
+    def _uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
+        """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard
+        layout, inside the open transaction, and stage them so (see :mod:`crr.colocated`)."""
+        for view in (colocated.broken(catalog) if views is None else views):
+            for stmt in colocated.uncolocate_sql(view, colocated.source_of(view)):
+                self._con.execute(stmt)
+            self._stage(self._rels.changed(view.name, colocated=False))
+
     def _bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
         self._seq += 1
@@ -620,6 +641,8 @@ class Site:
                 if derived:
                     self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], derived=True) for n in derived)))
                     self._con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
+                if grown or derived:
+                    self._uncolocate(self._rels)
                 batch = plan_merge(self._con, self._rels, cs, held, inputs, self.max_clock_skew)
                 result = self._apply(batch) if held else BatchResult()
                 if track:

@@ -5,7 +5,9 @@ s as remote tables with views of every SPJR+UNION shape; a second view site V2 h
 ``j2`` and the table s as remote tables (s forwarded through V1 or straight from a base site) with
 a view over them. A third view site V3 declares r and s as remote sources: r feeds only
 select/project/union views (so V3 keeps no tuples of it), s feeds a self join (so they are kept);
-it receives from the base sites and from V1. Random local writes and random deliveries of changesets
+it receives from the base sites and from V1. V4 declares r as a remote source with one selection
+over it, the co-located layout (crr/colocated.py); V4s is its standard-layout twin (a second view
+over r) and merges every changeset V4 does. Random local writes and random deliveries of changesets
 (stale cursors, full snapshots, replays of old changesets, duplicates, any order) run first; then
 every edge catches up from its cursor, the program's writes run once more over that state (so each
 edge's next batch mixes new rows with deletes and updates of rows its destination holds), every edge
@@ -42,11 +44,13 @@ V3_VIEWS = [
     ("uni", "SELECT a AS x FROM r UNION SELECT b FROM r WHERE a = 0"),
     ("ss", "SELECT x.b, y.c FROM s x JOIN s y ON x.c = y.b"),
 ]
+V4_VIEW = ("sel", "SELECT a, b FROM r WHERE a >= 1 AND b IS NOT NULL")  # co-located (crr/colocated.py)
 BASES = ["A", "B", "C"]
 EDGES = ([(x, y, t) for x in BASES for y in BASES if x != y for t in ("r", "s")]
          + [(x, "V1", t) for x in BASES for t in ("r", "s")]
          + [("V1", "V2", "j2"), ("V1", "V2", "s"), ("A", "V2", "s")]
-         + [(x, "V3", t) for x in BASES + ["V1"] for t in ("r", "s")])
+         + [(x, "V3", t) for x in BASES + ["V1"] for t in ("r", "s")]
+         + [(x, "V4", "r") for x in BASES])
 
 vals = st.one_of(st.none(), st.integers(0, 3))
 ops = st.lists(st.one_of(
@@ -61,7 +65,7 @@ ops = st.lists(st.one_of(
 
 
 def build(keyed: bool) -> dict[str, crr.Site]:
-    sites = {n: crr.Site(site_id=n) for n in BASES + ["V1", "V2", "V3"]}
+    sites = {n: crr.Site(site_id=n) for n in BASES + ["V1", "V2", "V3", "V4", "V4s"]}
     key = ", PRIMARY KEY (a)" if keyed else ""
     for n in BASES:
         sites[n].execute(f"CREATE REPLICATED TABLE r (a INT, b INT{key})")
@@ -78,7 +82,20 @@ def build(keyed: bool) -> dict[str, crr.Site]:
     for name, sql in V3_VIEWS:
         sites["V3"].execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
     assert not sites["V3"].relation("r").stored and sites["V3"].relation("s").stored
+    for name in ("V4", "V4s"):
+        sites[name].execute("CREATE REMOTE SOURCE r (a INT, b INT)")
+        sites[name].execute(f"CREATE MATERIALIZED VIEW {V4_VIEW[0]} AS {V4_VIEW[1]}")
+    sites["V4s"].execute("CREATE MATERIALIZED VIEW other AS SELECT b FROM r")
+    assert sites["V4"].relation("sel").colocated and not sites["V4s"].relation("sel").colocated
     return sites
+
+
+def deliver(sites: dict[str, crr.Site], dst: str, data: bytes) -> None:
+    """Merge changeset bytes into ``dst`` (and into V4's twin when ``dst`` is V4, then compare them)."""
+    sites[dst].merge(data)
+    if dst == "V4":
+        sites["V4s"].merge(data)
+        assert app(sites["V4"], "sel") == app(sites["V4s"], "sel"), "V4's co-located view differs from its twin's"
 
 
 def run(keyed: bool, program) -> None:
@@ -104,7 +121,7 @@ def run(keyed: bool, program) -> None:
         for src, dst, rel in EDGES:
             seen = cursors.setdefault((src, dst, rel), [0])
             cs = sites[src].changes(since=seen[-1], relations=[rel])
-            sites[dst].merge(cs.to_bytes())
+            deliver(sites, dst, cs.to_bytes())
             seen.append(cs.cursor)
             check_views_over_inputs(sites, dst)
 
@@ -119,12 +136,12 @@ def run(keyed: bool, program) -> None:
                 cs = sites[src].changes(since=since, relations=[rel])
                 data = cs.to_bytes()
                 history.append((dst, data))
-                sites[dst].merge(data)
+                deliver(sites, dst, data)
                 seen.append(cs.cursor)
                 check_views_over_inputs(sites, dst)
             elif op == "replay" and history:
                 dst, data = history[a1 % len(history)]
-                sites[dst].merge(data)  # an old changeset arrives again, late
+                deliver(sites, dst, data)  # an old changeset arrives again, late
                 check_views_over_inputs(sites, dst)
         catch_up()
         # the program's writes once more, over state every site has: each edge's next batch mixes new
@@ -135,7 +152,7 @@ def run(keyed: bool, program) -> None:
         catch_up()
         for _ in range(2):  # quiescence: every edge delivers everything, in dependency order
             for src, dst, rel in EDGES:
-                sites[dst].merge(sites[src].changes(relations=[rel]).to_bytes())
+                deliver(sites, dst, sites[src].changes(relations=[rel]).to_bytes())
         check(sites)
     finally:
         for s in sites.values():
@@ -185,6 +202,8 @@ def check(sites: dict[str, crr.Site]) -> None:
     assert app(sites["V2"], "far") == expected
     for name, sql in V3_VIEWS:
         assert app(sites["V3"], name) == reference(base, schemas, [], sql), f"V3 view {name} differs from DuckDB"
+    assert sites["V4"].relation("sel").colocated
+    assert app(sites["V4"], "sel") == reference(base, schemas, [], V4_VIEW[1]), "V4's co-located view differs"
 
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,230 @@
+"""The co-located layout (crr/colocated.py): one select/project view of a remote source that keeps
+nothing holds the source's causal lengths and its own derivations in one table, ``_crr."<v>$w"``.
+
+Each test says which bug would make it fail. The convergence property (tests/test_convergence.py,
+site V4) checks the layout against a standard-layout twin after every delivery.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import crr
+from crr.changeset import Changeset, RelationChanges
+from tests.conftest import app, sync
+
+
+def tables(site: crr.Site) -> set[str]:
+    return {r[0] for r in site.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = '_crr'")}
+
+
+@pytest.fixture()
+def base():
+    s = crr.Site(site_id="base")
+    s.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+    yield s
+    s.close()
+
+
+def view_site(path=None, views=(("p", "SELECT b, c FROM r WHERE b > 0"),)) -> crr.Site:
+    v = crr.Site(path or ":memory:", site_id="v")
+    v.execute("CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c VARCHAR)")
+    for name, sql in views:
+        v.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    return v
+
+
+def expected(base: crr.Site, sql: str) -> list[tuple]:
+    return base.execute(f"SELECT DISTINCT * FROM ({sql}) ORDER BY ALL NULLS FIRST")
+
+
+def entries(site: crr.Site, view: str) -> list[tuple]:
+    """The causal-length entries a view's changes carry (wherever the site keeps them)."""
+    cl = site.changes(relations=[view]).cl
+    assert cl is not None
+    return sorted((r["id"], r["rel"], r["cl"], r["kh"], r["stamp"]) for r in cl.to_pylist())
+
+
+def test_which_views_take_the_layout(base):
+    """Fails if an ineligible view took the layout (a union gives one tuple two derivations, a join
+    needs the source's tuples, a second view needs the entries in _crr.cl) or an eligible one did not."""
+    v = view_site()
+    assert v.relation("p").colocated and "p$w" in tables(v) and "p$m" not in tables(v)
+    for sql in ("SELECT b FROM r UNION SELECT a FROM r", "SELECT count(*) AS n FROM r",
+                "SELECT x.a, y.b FROM r x JOIN r y ON x.b = y.a"):
+        other = view_site(views=(("q", sql),))
+        assert not other.relation("q").colocated, sql
+    two = view_site(views=(("p", "SELECT b, c FROM r WHERE b > 0"), ("q", "SELECT a FROM r")))
+    assert not two.relation("p").colocated and not two.relation("q").colocated
+    assert {"p$m", "q$m"} <= tables(two) and "p$w" not in tables(two)
+
+
+def test_inserts_deletes_updates_and_rederivations_match_the_query(base, tmp_path):
+    """Fails if a deleted tuple stayed (no APP delete), a tuple with another live derivation left
+    (the delete ignored other rows of its view tuple), or an update's new version did not appear."""
+    v = view_site(tmp_path / "v.db")
+    sql = "SELECT b, c FROM r WHERE b > 0"
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 1, 'x'), (3, 2, 'y'), (4, 0, 'z'), (5, NULL, 'n')")
+    cursor = sync(base, v)
+    assert app(v, "p") == expected(base, sql) == [(1, "x"), (2, "y")]
+    base.execute("DELETE FROM r WHERE a = 1")  # (1, 'x') keeps its other derivation
+    base.execute("DELETE FROM r WHERE a = 3")
+    cursor = sync(base, v, since=cursor)
+    assert app(v, "p") == expected(base, sql) == [(1, "x")]
+    base.execute("UPDATE r SET b = 5 WHERE a = 4")  # a filtered tuple's new version passes
+    base.execute("UPDATE r SET c = 'w' WHERE a = 2")
+    base.execute("INSERT INTO r VALUES (3, 2, 'y')")  # re-insert of a deleted tuple
+    sync(base, v, since=cursor)
+    assert app(v, "p") == expected(base, sql)
+    v.close()
+    v = crr.Site(tmp_path / "v.db")  # the layout survives a reopen, and the counters with it
+    assert v.relation("p").colocated
+    before = v.cursor
+    base.execute("DELETE FROM r WHERE a = 2")
+    sync(base, v, since=cursor)
+    assert app(v, "p") == expected(base, sql) and v.cursor > before
+
+
+def test_entries_before_their_tuples_and_tuples_without_entries(base):
+    """A source's entries can arrive before its tuples (and tuples before entries); either order must
+    end in the same view. Fails if a row created by an entry never got its derivation, or if a
+    tuple known without an entry counted as visible."""
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
+    cursor = base.cursor
+    base.execute("DELETE FROM r WHERE a = 2")
+    full = base.changes()
+    rc = full.relation("r")
+    assert rc is not None and full.cl is not None
+    only_entries = Changeset(source="base", since=0, cursor=full.cursor, cl=full.cl,
+                             relations=[RelationChanges(rc.name, rc.kind, rc.columns, rc.key, rc.fingerprint,
+                                                        rc.lineage, rc.tuples.slice(0, 0), None, rc.not_null)])
+    only_tuples = Changeset(source="base", since=0, cursor=full.cursor, cl=None, relations=[rc])
+    for order in ((only_entries, only_tuples), (only_tuples, only_entries)):
+        v = view_site(views=(("p", "SELECT b, c FROM r"),))
+        v.merge(order[0].to_bytes())
+        if order[0] is only_tuples:
+            assert app(v, "p") == []  # values without entries: nothing is visible yet
+        between = v.cursor
+        v.merge(order[1].to_bytes())
+        assert app(v, "p") == [(1, "x")], order
+        # what the second merge added is in the view's changes after the cursor between the merges
+        later = v.changes(since=between, relations=["p"])
+        rc_p = later.relation("p")
+        assert rc_p is not None and later.cl is not None
+        if order[0] is only_entries:  # the derivations are what is new
+            assert sorted(rc_p.tuples.column("c1").to_pylist()) == ["x", "y"] and later.cl.num_rows == 0
+        else:  # the entries are
+            assert rc_p.tuples.num_rows == 0 and later.cl.num_rows == 2
+        # provenance only grows: the deleted tuple keeps its derivation, each monomial the tuple's id
+        assert v.provenance("p") == {(b, c): ids for (_, b, c), ids in base.provenance("r").items()}
+    assert cursor < base.cursor
+
+
+def test_changes_of_the_view_and_the_source_entries_travel_on(base):
+    """The view's changes from a co-located site fill a remote copy, and the source's entries travel
+    with them, so a deletion reaches a site two hops away. Fails if changes() read the view's
+    monomials or the entries from the standard tables (empty here)."""
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    far = crr.Site(site_id="far")
+    far.execute("CREATE REMOTE TABLE p (b INTEGER, c VARCHAR)")
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
+    c1 = sync(base, v)
+    c2 = sync(v, far, "p")
+    assert app(far, "p") == [(1, "x"), (2, "y")]
+    base.execute("DELETE FROM r WHERE a = 2")
+    sync(base, v, since=c1)
+    sync(v, far, "p", since=c2)
+    assert app(far, "p") == [(1, "x")]
+    assert far.provenance("p") == v.provenance("p")
+
+
+def test_a_forged_entry_is_refused_and_changes_nothing(base):
+    """An entry whose key hash differs from the stored one is forged: the merge fails and the view,
+    the entries and the derivations stay as they were. Fails without the layout's FORGED check."""
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    base.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    sync(base, v)
+    before = (app(v, "p"), v.execute('SELECT * FROM _crr."p$w" ORDER BY id'))
+    base.execute("DELETE FROM r WHERE a = 1")
+    cs = base.changes()
+    assert cs.cl is not None
+    forged = cs.cl.set_column(cs.cl.schema.get_field_index("kh"), "kh", cs.cl.column("stamp"))
+    bad = Changeset(source="base", since=0, cursor=cs.cursor, relations=cs.relations, cl=forged)
+    with pytest.raises(crr.ChangesetError, match="disagree"):
+        v.merge(bad.to_bytes())
+    assert (app(v, "p"), v.execute('SELECT * FROM _crr."p$w" ORDER BY id')) == before
+
+
+def test_concurrent_versions_of_a_key_resolve_as_in_the_standard_layout():
+    """Two sites insert different values under one key: the later stamp wins; deleting it where it
+    is the only version brings the other back. Fails if the layout's MERGE took the parity form
+    with a rival version present (both versions, or none, would show)."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    std = view_site(views=(("p", "SELECT b, c FROM r"), ("q", "SELECT a FROM r")))  # standard layout
+    assert v.relation("p").colocated and not std.relation("p").colocated
+    a.execute("INSERT INTO r VALUES (1, 1, 'old')")
+    b.execute("INSERT INTO r VALUES (1, 2, 'new')")  # later stamp
+    for site in (v, std):
+        sync(a, site)
+        cursor = sync(b, site)
+    assert app(v, "p") == app(std, "p") == [(2, "new")]
+    b.execute("DELETE FROM r WHERE a = 1")  # b holds only its own version
+    for site in (v, std):
+        sync(b, site, since=cursor)
+    assert app(v, "p") == app(std, "p") == [(1, "old")]
+
+
+@pytest.mark.parametrize("change", ["view over the view", "derived changeset", "lineage holder", "drop"])
+def test_breaking_the_conditions_converts_to_the_standard_layout(base, change):
+    """Fails if a change that needs the source's entries in _crr.cl (or the view's monomials in $m)
+    left them in $w: the new reader would see none, or the conversion lost rows."""
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y'), (3, 3, 'z')")
+    cursor = sync(base, v)
+    base.execute("DELETE FROM r WHERE a = 3")
+    cursor = sync(base, v, since=cursor)
+    sent = entries(v, "p")
+    if change == "view over the view":
+        v.execute("CREATE MATERIALIZED VIEW pp AS SELECT c FROM p WHERE b >= 2")
+        assert app(v, "pp") == [("y",)]
+    elif change == "derived changeset":
+        w = crr.Site(site_id="w")
+        w.execute("CREATE REMOTE TABLE r (a INTEGER, b INTEGER, c VARCHAR)")
+        sync(base, w)
+        sync(w, v, "r")  # a remote table's changes carry monomials: r is derived from now on
+        assert v.relation("r").derived
+    elif change == "lineage holder":
+        v.execute("CREATE REMOTE TABLE pq (b INTEGER, c VARCHAR)")
+        src = view_site(views=(("pq", "SELECT b, c FROM r"),))
+        sync(base, src)
+        sync(src, v, "pq")
+        assert "r" in v.lineage("pq")
+    else:
+        v.execute("DROP VIEW p")
+        assert "p$w" not in tables(v)
+        assert v.execute("SELECT count(*) FROM _crr.cl WHERE rel = 'r'") == [(3,)]
+        return
+    assert not v.relation("p").colocated and "p$w" not in tables(v) and "p$m" in tables(v)
+    assert entries(v, "p") == sent
+    assert app(v, "p") == [(1, "x"), (2, "y")]
+    base.execute("DELETE FROM r WHERE a = 2")
+    sync(base, v, since=cursor)
+    assert app(v, "p") == [(1, "x")]
+
+
+def test_a_co_located_batch_runs_three_statements(base):
+    """A batch of keyed entries into the layout runs the rival count, one MERGE and one APP
+    statement (the README's figure). Fails if a step came back or a statement was added."""
+    from tests.test_point import _statements
+
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    base.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    cursor = sync(base, v)
+    base.insert_many("r", [(i, i % 7, "v") for i in range(2, 300)])
+    cs = base.changes(since=cursor)
+    statements = _statements(v, lambda: v.merge(cs))
+    assert [" ".join(s.split()[:2]) for s in statements if not s.startswith("DESCRIBE")] == [
+        "SELECT count(*)", "MERGE INTO", "INSERT INTO"]
