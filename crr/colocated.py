@@ -222,3 +222,13 @@ def provenance_sql(view: Relation) -> str:
     """Each view tuple's values and its monomials (each one id)."""
     return f"""SELECT {cols_sql(view)}, list_sort(list([id])) FROM {view.aug('w')} WHERE vid IS NOT NULL
                GROUP BY vid, {cols_sql(view)}"""
+
+
+def max_seq_sql(view: Relation) -> str:
+    """The largest sequence number the view's table holds (an entry's or a derivation's), as ``s``."""
+    return f"SELECT greatest(max(seq), max(dseq)) AS s FROM {view.aug('w')}"
+
+
+def max_stamp_sql(view: Relation) -> str:
+    """The largest stamp of the source's entries the view's table holds, as ``s``."""
+    return f"SELECT max(stamp) AS s FROM {view.aug('w')}"

@@ -139,13 +139,11 @@ class Site:
         ``close`` store both counters in ``_crr.meta``.
         """
         rels = self._rels.values()
-        tables = (["_crr.cl"] + [rel.aug("t" if rel.is_base else "w" if rel.colocated else "m") for rel in rels if rel.stored]
-                  + [f"(SELECT dseq AS seq FROM {rel.aug('w')})" for rel in rels if rel.colocated])
-        union = " UNION ALL ".join(f"SELECT max(seq) AS s FROM {t}" for t in tables)
-        seen = self._con.execute(f"SELECT max(s) FROM ({union})").fetchall()[0][0] or 0
-        stamps = " UNION ALL ".join(f"SELECT max(stamp) AS s FROM {t}"
-                                    for t in ["_crr.cl"] + [rel.aug("w") for rel in rels if rel.colocated])
-        stamp = self._con.execute(f"SELECT max(s) FROM ({stamps})").fetchall()[0][0] or 0
+        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in rels if rel.stored and not rel.colocated]
+        seqs = [f"SELECT max(seq) AS s FROM {t}" for t in tables] + [colocated.max_seq_sql(r) for r in rels if r.colocated]
+        seen = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(seqs)})").fetchall()[0][0] or 0
+        stamps = [f"SELECT max(stamp) AS s FROM {SCHEMA}.cl"] + [colocated.max_stamp_sql(r) for r in rels if r.colocated]
+        stamp = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(stamps)})").fetchall()[0][0] or 0
         return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
 
     def _save_counters(self) -> None:

@@ -76,10 +76,14 @@ def test_inserts_deletes_updates_and_rederivations_match_the_query(base, tmp_pat
     base.execute("INSERT INTO r VALUES (3, 2, 'y')")  # re-insert of a deleted tuple
     sync(base, v, since=cursor)
     assert app(v, "p") == expected(base, sql)
-    v.close()
-    v = crr.Site(tmp_path / "v.db")  # the layout survives a reopen, and the counters with it
-    assert v.relation("p").colocated
     before = v.cursor
+    v.close()
+    import duckdb
+    con = duckdb.connect(str(tmp_path / "v.db"))  # as after a crash: counters only in the AUG rows
+    con.execute("UPDATE _crr.meta SET v = '0' WHERE k IN ('seq', 'hlc')")
+    con.close()
+    v = crr.Site(tmp_path / "v.db")  # the layout survives a reopen, and the counters with it
+    assert v.relation("p").colocated and v.cursor == before
     base.execute("DELETE FROM r WHERE a = 2")
     sync(base, v, since=cursor)
     assert app(v, "p") == expected(base, sql) and v.cursor > before
