@@ -391,9 +391,9 @@ class Maintainer:
                   .fetchall()[0][0] == 0)
         derivations = None
         if part.tuples is not None:
-            key = ("colocated", view.name, part.tuples.table)
-            if key not in self.sql_cache:
-                self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), True)
+            key = ("colocated", view.name, part.tuples.table)  # generated once per site, like the delta plans'
+            if key not in self.sql_cache:  # (the flag is _run_view's "one plan over base tuples"; unused here)
+                self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
         returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
