@@ -232,11 +232,13 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         # a co-located source's entries are merged into its view's table (crr.colocated), the others into _crr.cl
         wanted = {"": (interest - set(homes), tuple(key_hashes))}
         wanted.update({source: ({source}, ()) for source in homes if source in interest})
+        named = set(cs.cl.column("rel").unique().to_pylist())
         for home, (relations, sources) in wanted.items():
-            entries = _received(catalog, view, cs.cl if not homes else _of(cs.cl, relations),
-                                frozenset(relations), sources, max_clock_skew)
-            if entries is not None:
-                by_home[home] = entries
+            if named & relations:
+                entries = _received(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
+                                    frozenset(relations), sources, max_clock_skew)
+                if entries is not None:
+                    by_home[home] = entries
     batch.received = by_home.pop("", None)
     for source, co in homes.items():
         if source in colocated_tuples or source in by_home:
