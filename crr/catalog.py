@@ -331,10 +331,16 @@ def aug_ddl(rel: Relation) -> list[str]:
         stmts.append(f"""CREATE TABLE {rel.aug('w')} (id UHUGEINT, cl INTEGER, kh UHUGEINT, stamp UHUGEINT,
                          vis BOOLEAN, seq BIGINT, vid UHUGEINT, {cols}, dseq BIGINT)""")
     else:
-        stmts.append(f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)")
+        stmts.append(monomials_ddl(rel))
         if rel.indexed:
             stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
     return stmts
+
+
+def monomials_ddl(rel: Relation) -> str:
+    """DDL creating a derived relation's monomials table ``$m`` (see the module docstring)."""
+    cols = ", ".join(f"{c.name} {c.type}" for c in rel.aug_columns)
+    return f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)"
 
 
 def drop_ddl(rel: Relation) -> list[str]:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import sqlglot
 
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
-from crr.catalog import SCHEMA, Catalog, Relation
+from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
 from crr.causal import FORGED_ENTRIES, EntryHome, ReceivedEntries, entry_delta_sql
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
@@ -114,10 +114,9 @@ def uncolocate_sql(view: Relation, source: str) -> list[str]:
     """Move a co-located view to the standard layout: the entries into ``_crr.cl``, the derivations
     into a new ``$m`` table (width 1: ``mid`` is the id, so no ``$i`` index), and drop ``$w``."""
     w = view.aug("w")
-    cols = ", ".join(f"{c.name} {c.type}" for c in view.aug_columns)
     return [
         f"INSERT INTO {SCHEMA}.cl SELECT id, {quote_str(source)}, cl, kh, stamp, vis, seq FROM {w} WHERE cl > 0",
-        f"CREATE TABLE {view.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)",
+        monomials_ddl(view),
         f"INSERT INTO {view.aug('m')} SELECT vid, id, [id], {cols_sql(view)}, dseq FROM {w} WHERE vid IS NOT NULL",
         f"DROP TABLE {w}",
         f"UPDATE {SCHEMA}.relations SET colocated = false WHERE name = {quote_str(view.name)}",
