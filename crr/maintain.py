@@ -434,7 +434,7 @@ class Maintainer:
                                 for r in sorted(changed)))
         cached = self.sql_cache.get(key)
         if cached is None:
-            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source)]
+            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, self._single_id)]
             union = " UNION ALL ".join(f"({q})" for q in queries)
             cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
                               {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
@@ -443,6 +443,11 @@ class Maintainer:
             cached = self.sql_cache[key] = (cand, single_base)
         cand, single_base = cached
         self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
+
+    def _single_id(self, relation: str) -> bool:
+        """Whether every monomial of ``relation`` holds exactly one id: a base relation's (a view's
+        lengths may still grow, and a plan's text is cached)."""
+        return self.rels[relation].is_base
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:
         """(min, max) monomial length of an input: 1 for a replicated table; a stored relation's

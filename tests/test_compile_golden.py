@@ -462,3 +462,39 @@ def test_the_recomputation_check_catches_a_wrong_monomial():
     assert all("LIST_CONCAT" not in p for p in plans)
     with pytest.raises(AssertionError, match="monomials|old tuples"):
         _recompute_check(case, plans)
+
+
+def _single_id_cases() -> list[int]:
+    """The cases with a plan that multiplies exactly two base relations' monomials."""
+    return [c.index for c in _golden() if c.plan is not None and c.emitted and any(
+        len(b.occurrences) == 2 and all(o.relation in c.tables for o in b.occurrences) for b in c.plan.branches)]
+
+
+@pytest.mark.parametrize("index", _single_id_cases())
+def test_single_id_products_equal_the_general_form(index):
+    """Told which inputs hold one id per monomial (base relations), the compiler multiplies two such
+    monomials with a CASE (``sql.compile.monomial_product``); on the meaning check's data its plans
+    must return exactly the rows of the general form, each monomial the same list in the same
+    order (a swapped pair, a 0-based index or a self-joined tuple kept twice fails), and pass the
+    recomputation check themselves."""
+    case = _golden()[index]
+    single = case.plan.delta_queries(set(case.changed), golden_source, lambda r: r in case.tables)
+    texts = [q.sql("duckdb") for q in single]
+    assert any("CASE WHEN" in t and "LIST_CONCAT" not in t for t in texts)
+    _recompute_check(case, texts)
+    captured: list[list[tuple]] = []
+    original = duckdb.DuckDBPyConnection.execute
+
+    def run_both(con, sql, *args):  # the recomputation check's connection: run each plan both ways
+        result = original(con, sql, *args)
+        if sql in texts:
+            general = case.emitted[texts.index(sql)].sql("duckdb")
+            captured.append([sorted(map(repr, original(con, q).fetchall())) for q in (sql, general)])
+            result = original(con, sql, *args)
+        return result
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(duckdb.DuckDBPyConnection, "execute", run_both)
+        _recompute_check(case, texts)
+    assert len(captured) == len(texts)
+    for got, want in captured:
+        assert got == want and got
