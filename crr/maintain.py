@@ -348,8 +348,9 @@ class Maintainer:
             self.counts(rel.name).new_tuples += n
             return
         # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
+        # (a changeset's tuples hold each id once: Changeset.validate refuses duplicates)
         added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('t')}
-            SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq} FROM {table} n
+            SELECT n.id, {cols_sql(rel, 'n')}, {self.seq} FROM {table} n
             ANTI JOIN {rel.aug('t')} t ON t.id = n.id
             RETURNING id, {cols_sql(rel)}""")
         if added.num_rows:

@@ -249,3 +249,20 @@ def test_a_changeset_object_is_validated_like_bytes():
     cs.relations[0].tuples = cs.relations[0].tuples.rename_columns(["id", "k", "v"])
     with pytest.raises(crr.ChangesetError, match="c0"):
         b.merge(cs)
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_a_tuple_sent_twice_in_one_changeset_is_refused(as_bytes: bool):
+    """A changeset holds each tuple id once; the merge's INSERT of new base tuples relies on it (no
+    DISTINCT there), so a repeated id must be refused before anything is written, whether the
+    changeset arrives as bytes or as an object built in Python."""
+    a, b = keyed_pair()
+    a.execute("INSERT INTO t VALUES (3, 'z')")
+    cs = a.changes(since=b.peer_cursor("a", "t"))
+    cs.relations[0].tuples = pa.concat_tables([cs.relations[0].tuples, cs.relations[0].tuples])
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="tuples: column 'id' holds duplicates"):
+        b.merge(cs.to_bytes() if as_bytes else cs)
+    assert state(b) == before
+    b.merge(a.changes())
+    assert app(b, "t") == app(a, "t")
