@@ -49,7 +49,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.id_sets import all_in, id_storage, index_in
-from crr.causal import (LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
+from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
                         present_key_versions_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
@@ -314,9 +314,7 @@ class Maintainer:
         received = batch.received
         if received is None:
             return
-        single = (received.some_keyed and received.one_per_key
-                  and self.con.execute(present_key_versions_sql(received)).fetchall()[0][0] == 0)
-        written = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
+        written = arrow_rows(self.con, cl_merge_sql(received, self.seq, self._single_versions(received, CL)))
         self.result.cl_changed = written.num_rows
         if written.num_rows == 0:
             return
@@ -324,6 +322,13 @@ class Maintainer:
         self.written_arrow = written
         self.flipped_rels = ({received.relation} if received.relation else
                              set(written.column("rel").unique().to_pylist()))
+
+    def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
+        """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
+        no two share a key, and a count finds no other present version of their keys there (see
+        :mod:`crr.causal`)."""
+        return (received.some_keyed and received.one_per_key
+                and self.con.execute(present_key_versions_sql(received, home)).fetchall()[0][0] == 0)
 
     def _write_local_cl(self, local: LocalEntries) -> None:
         """Write a local write's exact growing entries in one MERGE."""
@@ -386,10 +391,7 @@ class Maintainer:
         """Merge a co-located view's share of the batch: its source's entries and the derivations of
         its source's tuples in one MERGE, then its APP changes (see :mod:`crr.colocated`)."""
         view, source = self.rels[part.view], self.rels[part.source]
-        entries = part.entries
-        single = (entries is not None and entries.some_keyed and entries.one_per_key
-                  and self.con.execute(present_key_versions_sql(entries, colocated.home(view, source.name)))
-                  .fetchall()[0][0] == 0)
+        single = part.entries is not None and self._single_versions(part.entries, colocated.home(view, source.name))
         derivations = None
         if part.tuples is not None:
             key = ("colocated", view.name, part.tuples.table)  # generated once per site, like the delta plans'
