@@ -17,7 +17,9 @@ import pytest
 pytest.importorskip("pyspark")
 
 
-@pytest.mark.skipif(os.environ.get("CRR_SPARK_CLUSTER") != "1", reason="set CRR_SPARK_CLUSTER=1 (about a minute)")
+@pytest.mark.skipif(os.environ.get("CRR_SPARK_CLUSTER") != "1",
+                    reason="needs a second SparkSession (a local-cluster master, its own process, about 45 s); "
+                           "the suite shares one local[2] session to keep CI under 15 minutes: set CRR_SPARK_CLUSTER=1")
 @pytest.mark.skipif(shutil.which("java") is None, reason="PySpark needs Java")
 def test_spark_site_on_separate_executor_jvms():
     """Nothing the Spark site runs depends on sharing the driver's JVM or Python process: ids (floats
