@@ -375,8 +375,8 @@ class Maintainer:
                        FROM (SELECT vid, list_sort(list_distinct(ids)) AS ids FROM {monos}) m
                        JOIN (SELECT DISTINCT ON (vid) * FROM {tuples}) t ON t.vid = m.vid"""
             width = None
-        if rel.stored:
-            self._add_monomials(rel, cand, dedup=True, width=width)
+        if rel.stored:  # a base relation's tuples hold each id once (Changeset.validate): one monomial each
+            self._add_monomials(rel, cand, dedup=monos is not None, width=width)
             return
         # A source that keeps nothing: everything received is its delta (re-adding a monomial a view
         # already has is a no-op, so nothing needs filtering here).
