@@ -46,7 +46,7 @@ from crr.arrow_build import FALSE, int64_range, string_scalar
 from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation
+from crr.catalog import Relation, RelationKind
 from crr.errors import SqlError
 from crr.id_sets import all_in, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
@@ -434,7 +434,7 @@ class Maintainer:
         # the plans are compiled once; their SQL text depends only on where each changed input's
         # delta is read from, so it is generated once per such combination (``sql_cache``, per site)
         key = (view.name, tuple((r, self.new_base[r] if r in self.new_base else self.new_derived[r])
-                                for r in sorted(changed)))
+                                for r in sorted(changed)), tuple(self._single_id(r) for r in sorted(plan.inputs)))
         cached = self.sql_cache.get(key)
         if cached is None:
             queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, self._single_id)]
@@ -442,15 +442,18 @@ class Maintainer:
             cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
                               {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
-            single_base = len(queries) == 1 and all(self.rels[r].is_base for r in changed)
+            single_base = len(queries) == 1 and all(self._single_id(r) for r in changed)
             cached = self.sql_cache[key] = (cand, single_base)
         cand, single_base = cached
         self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
 
     def _single_id(self, relation: str) -> bool:
-        """Whether every monomial of ``relation`` holds exactly one id: a base relation's (a view's
-        lengths may still grow, and a plan's text is cached)."""
-        return self.rels[relation].is_base
+        """Whether every monomial of ``relation`` holds exactly one id: a base relation's, and a remote
+        relation's that has only received a replicated table's tuples (not ``derived``; the site marks
+        it derived, in this batch's catalog, before a view's monomials are merged into it). A view's
+        lengths may still grow, so views never qualify; the answer is part of the plan cache's key."""
+        rel = self.rels[relation]
+        return rel.is_base or (rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not rel.derived)
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:
         """(min, max) monomial length of an input: 1 for a replicated table; a stored relation's
