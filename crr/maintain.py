@@ -86,6 +86,9 @@ class Batch:
     # did not hold before (the evidence crr.maintain needs to append to views without re-evaluating)
     applied_flips_arrow: pa.Table | None = None
     applied_fresh: pa.Array | None = None
+    # relations whose rows in ``base`` are all tuples their replica here did not hold before (the
+    # point path knows it: every added row is fresh)
+    fresh: frozenset[str] = frozenset()
     # relation -> a batch write's exact APP changes (crr.writes)
     app_changes: dict[str, WrittenChanges] = field(default_factory=dict)
     # what the batch brings co-located views: their sources' tuples and entries (crr.colocated)
@@ -191,6 +194,9 @@ class Maintainer:
         self.new_base: dict[str, str] = {}  # relation -> FROM text of its new tuples (id, cols)
         self.new_derived: dict[str, str] = {}  # relation -> FROM text of new monomials (vid, mid, ids, cols)
         self.absorbed: dict[str, str] = {}  # relation -> temp of absorbed monomials (vid, mid)
+        # relations whose delta (new_base / new_derived) holds only tuples or monomials the relation
+        # did not hold before this batch (see _fresh_product)
+        self.fresh: set[str] = set()
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
         # every causal-length entry the batch wrote, as Arrow (id, rel, vis): a superset of the flips
@@ -297,6 +303,7 @@ class Maintainer:
         if batch.applied_fresh is not None:
             self.added_arrow[batch.local.relation] = pa.table({"id": batch.applied_fresh})
         self.new_base.update({rel: rows_sql(self.rels[rel], rows) for rel, rows in batch.base.items()})
+        self.fresh |= batch.fresh & set(batch.base)
 
     # 1. causal lengths and visibility ------------------------------------------------------------
     def _merge_cl(self, batch: Batch) -> None:
@@ -361,6 +368,7 @@ class Maintainer:
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
             self.added_arrow[rel.name] = added
+            self.fresh.add(rel.name)
             self.counts(rel.name).new_tuples += added.num_rows
 
     # 3. derived tuples received directly ----------------------------------------------------------
@@ -442,10 +450,29 @@ class Maintainer:
             cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
                               {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
-            single_base = len(queries) == 1 and all(self._single_id(r) for r in changed)
-            cached = self.sql_cache[key] = (cand, single_base)
-        cand, single_base = cached
-        self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view))
+            cached = self.sql_cache[key] = (cand, len(queries) == 1)
+        cand, linear = cached
+        single_base = linear and all(self._single_id(r) for r in changed)
+        self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view),
+                            fresh=linear and self._fresh_product(view, changed))
+
+    def _fresh_product(self, view: Relation, changed: set[str]) -> bool:
+        """Whether none of the view's candidate monomials can be one it already holds, so adding them
+        needs no anti-join with its ``$m``. Given one delta query (one changed input, occurring once):
+
+        * the changed input's delta holds only monomials it did not hold before (:attr:`fresh`), and
+          every input holds one id per monomial (:meth:`_single_id`): each candidate holds an id of
+          the changed input that no stored monomial of it held, so no monomial of the view derived
+          before this batch holds it (a view derives monomials only from its inputs' stored or delta
+          monomials, and AUG state never loses one);
+        * the inputs' lineages are disjoint: no other input can hold that id either (a remote copy of
+          the changed table beside it would, and could have brought it into the view earlier).
+        """
+        assert view.plan is not None
+        if not changed <= self.fresh or not all(self._single_id(r) for r in view.plan.inputs):
+            return False
+        lineages = [self.lineage.get(r, {r}) for r in view.plan.inputs]
+        return sum(len(x) for x in lineages) == len(set().union(*lineages))
 
     def _single_id(self, relation: str) -> bool:
         """Whether every monomial of ``relation`` holds exactly one id: a base relation's, and a remote
@@ -489,15 +516,17 @@ class Maintainer:
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
         return (lo, hi)
 
-    def _add_monomials(self, rel: Relation, cand: str, dedup: bool, width: tuple[int, int] | None = None) -> None:
-        """Add (``+``) the candidate monomials (SQL: vid, mid, ids, cols) that ``rel`` lacks."""
+    def _add_monomials(self, rel: Relation, cand: str, dedup: bool, width: tuple[int, int] | None = None,
+                       fresh: bool = False) -> None:
+        """Add (``+``) the candidate monomials (SQL: vid, mid, ids, cols) that ``rel`` lacks (``fresh``:
+        the caller knows it lacks them all, see :meth:`_fresh_product`)."""
         name = f"_crr_newm_{rel.name}"
         source = f"(SELECT DISTINCT ON (vid, mid) * FROM ({cand}))" if dedup else f"({cand})"
         if (width is not None and width[0] == width[1] and (width[1] <= 1 or rel.indexed)
                 and not self._mixed_widths(rel, *width)):
             # every monomial has the one length the relation's others have, so none absorbs another:
             # one INSERT adds them and returns them, as this batch's delta of the relation
-            self._insert_monomials(rel, name, source)
+            self._insert_monomials(rel, name, source, fresh)
             return
         n = self.temp(name, f"""SELECT c.* FROM {source} c
                                 ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid""")
@@ -514,24 +543,27 @@ class Maintainer:
                 return
         self.new_derived[rel.name] = temp_table(name)
         self.new_arrow.pop(rel.name, None)
+        self.fresh.add(rel.name)
         counts = self.counts(rel.name)
         counts.new_monomials += n
         self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
         if rel.indexed:
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {temp_table(name)}")
 
-    def _insert_monomials(self, rel: Relation, name: str, source: str) -> None:
-        """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING; the rows it
-        returns are registered (as Arrow) as the relation's delta for the views over it."""
+    def _insert_monomials(self, rel: Relation, name: str, source: str, fresh: bool = False) -> None:
+        """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING (without
+        the anti-join when the caller knows it lacks them all); the rows it returns are registered (as
+        Arrow) as the relation's delta for the views over it."""
+        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid"
         added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
-            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c
-            ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid
+            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
             RETURNING vid, mid, ids, {cols_sql(rel)}""")
         if added.num_rows == 0:
             return
         view = self._register(name, added)
         self.new_derived[rel.name] = view
         self.new_arrow[rel.name] = added
+        self.fresh.add(rel.name)
         self.counts(rel.name).new_monomials += added.num_rows
         if rel.indexed:
             self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {view}")

@@ -506,6 +506,8 @@ class Site:
                           applied_fresh=ids_arrow(point.fresh))
             if point.added:
                 batch.base[rel.name] = Rows(POINT_TABLE, RowsKind.POINT_ADDED)
+                if len(point.fresh) == len(point.added):  # every added row is new to the table
+                    batch.fresh = frozenset({rel.name})
             self._apply(batch, changed=True)
         finally:
             self._slots.release(POINT_TABLE)
