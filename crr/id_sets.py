@@ -59,3 +59,12 @@ def all_in(values: pa.ChunkedArray | pa.Array, value_set: pa.ChunkedArray | pa.A
     if len(values) == 0:
         return True
     return index_in(values, value_set).null_count == 0
+
+
+def distinct_ids(ids: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether no id occurs twice, decided on the ids' low words: True only when those are distinct
+    (so are the ids); False when some repeat (then an id may repeat, or two ids share a low word)."""
+    if len(ids) < 2:
+        return True
+    low, _ = _words(ids)
+    return pc.count_distinct(low).as_py() == len(low)

@@ -48,7 +48,7 @@ from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation, RelationKind
 from crr.errors import SqlError
-from crr.id_sets import all_in, id_storage, index_in
+from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
                         present_key_versions_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
@@ -735,26 +735,38 @@ class Maintainer:
     def _insert_alive_new(self, view: Relation) -> None:
         """Append to the APP table the tuples of the view's new monomials that are alive (every id
         visible) and not present yet: the whole membership change of a batch that can only add
-        tuples (see :meth:`_only_new_monomials_change`). When every id of those monomials had its
-        entry written by this batch, their visibility comes from :attr:`written_arrow` and the
-        statement reads only the APP table; otherwise it looks the ids up in ``_crr.cl``."""
+        tuples (see :meth:`_only_new_monomials_change`). The ids whose entries this batch wrote have
+        their visibility in :attr:`written_arrow`: a monomial holding one written invisible is
+        dropped before the statement, and the statement looks up in ``_crr.cl`` only the others (none
+        when the batch wrote every id's entry: then it reads only the APP table)."""
         new = self.new_arrow.get(view.name)
         if new is None:
             return  # no new monomials: nothing changes
-        alive = _alive_by(new, self.written_arrow) if self.written_arrow is not None else None
-        if alive is not None:
-            rows = new.filter(alive).select(["vid"] + [c.name for c in view.aug_columns])
-            if rows.num_rows == 0:
-                return
-            present = f"SELECT * FROM {self._register(f'_crr_alive_{view.name}', rows)}"
-        else:
-            values = ", ".join(f"any_value(n.{c.name}) AS {c.name}" for c in view.aug_columns)
+        cols = [c.name for c in view.aug_columns]
+        if self.written_arrow is None:
+            values = ", ".join(f"any_value(n.{c}) AS {c}" for c in cols)
             present = f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
                                                        FROM {self.new_derived[view.name]}) n
                           LEFT JOIN _crr.cl c ON c.id = n.id
                           GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
+            distinct = False
+        else:
+            live = _liveness(new, self.written_arrow)
+            kept = new.filter(pc.invert(live.dead))
+            if kept.num_rows == 0:
+                return
+            distinct = distinct_ids(kept.column("vid"))
+            if live.unknown_ids is None:
+                present = f"SELECT * FROM {self._register(f'_crr_alive_{view.name}', kept.select(['vid'] + cols))}"
+            else:  # a monomial holding an id _crr.cl has invisible (or has no entry for) is dead
+                cand = self._register(f"_crr_cand_{view.name}", kept.select(["vid", "mid"] + cols))
+                unknown = self._register(f"_crr_unknown_{view.name}", live.unknown_ids)
+                present = f"""SELECT c.* EXCLUDE (mid) FROM {cand} c
+                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN _crr.cl v ON v.id = u.id
+                                         WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
+        rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         inserted = self.x(f"""INSERT INTO {view.app} ({app_cols_sql(view)})
-            SELECT {cols_sql(view, 'd')} FROM (SELECT DISTINCT ON (vid) * FROM ({present})) d
+            SELECT {cols_sql(view, 'd')} FROM {rows} d
             ANTI JOIN {view.app} app ON {app_match(view, 'app', 'd')}""")
         self.counts(view.name).inserted += inserted
 
@@ -814,17 +826,38 @@ class Maintainer:
         return self._all_new[relation]
 
 
-def _alive_by(monomials: pa.Table, flips: pa.Table) -> pa.Array | None:
-    """Per monomial (``ids`` column), whether every id is visible by ``flips`` (id, vis); None when
-    some id has no row there (its visibility is only in ``_crr.cl``)."""
+@dataclass(frozen=True)
+class Liveness:
+    """What a batch's written entries tell of its new monomials (see :func:`_liveness`)."""
+
+    dead: pa.Array  # per monomial: whether it holds an id the batch wrote invisible
+    # (mid, id) of each id the batch wrote no entry for, in a monomial not known dead (None: there is none)
+    unknown_ids: pa.Table | None
+
+
+def _liveness(monomials: pa.Table, flips: pa.Table) -> Liveness:
+    """Per monomial (``vid, mid, ids`` columns), whether ``flips`` (id, vis) has one of its ids
+    invisible, and the ids of the other monomials that have no row there (their visibility is only
+    in ``_crr.cl``)."""
     ids = monomials.column("ids").combine_chunks()
     flat, parents = pc.list_flatten(ids), pc.list_parent_indices(ids)
     at = index_in(flat, flips.column("id"))
-    if at.null_count:
-        return None
-    visible = pc.fill_null(bool_column(pc.take(flips.column("vis").combine_chunks(), at)), FALSE)
+    visible = bool_column(pc.take(flips.column("vis").combine_chunks(), at))  # null where unknown
+    # written and not visible (a written entry without a visibility counts as invisible)
+    dead_ids = pc.and_(pc.is_valid(at), pc.invert(pc.fill_null(visible, False)))
     lengths = pc.min_max(pc.list_value_length(ids)).as_py()
     if lengths["min"] == lengths["max"] == 1:  # one id each: the ids line up with the monomials
-        return visible
-    dead = pc.unique(pc.filter(parents, pc.invert(visible)))
-    return pc.invert(pc.is_in(int64_range(monomials.num_rows), value_set=pc.cast(dead, pa.int64())))
+        dead = dead_ids
+    else:
+        dead_rows = pc.unique(pc.filter(parents, dead_ids))
+        dead = pc.is_in(int64_range(monomials.num_rows), value_set=pc.cast(dead_rows, pa.int64()))
+    if at.null_count == 0:
+        return Liveness(dead, None)
+    unknown = pc.is_null(at)
+    rows = pc.cast(pc.filter(parents, unknown), pa.int64())  # the monomial of each unknown id
+    ids_unknown = pc.filter(flat, unknown)
+    undecided = pc.invert(pc.take(dead, rows))  # a monomial known dead needs no lookup
+    rows, ids_unknown = pc.filter(rows, undecided), pc.filter(ids_unknown, undecided)
+    if len(rows) == 0:
+        return Liveness(dead, None)
+    return Liveness(dead, pa.table({"mid": pc.take(monomials.column("mid"), rows), "id": ids_unknown}))

@@ -113,6 +113,21 @@ def test_a_delete_arriving_with_the_row_it_deletes_adds_nothing(sites):
     assert (70, 20) not in app(view, "p") and (71, 20) in app(view, "p")
 
 
+def test_new_rows_joining_a_deleted_row_of_the_other_input_add_nothing(sites):
+    """The new monomials' ids of s were not written by the merge: their visibility is looked up
+    (crr.maintain._liveness), and a monomial holding a deleted one is not alive."""
+    base, view = sites
+    base.execute("DELETE FROM s WHERE k = 2")
+    view.merge(base.changes())
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (11, 80, 20), (12, 81, 10)")  # (11, 80, 20) joins only the dead s row
+    cs = base.changes(since=cursor)
+    assert app_statements(view, cs)["j"] == ["INSERT INTO"]
+    check(base, view)
+    assert (12, 81, 1) in app(view, "j") and (12, 81, 3) in app(view, "j")
+    assert not [row for row in app(view, "j") if row[0] == 11]
+
+
 def test_an_entry_arriving_after_its_tuple_shows_the_tuple_with_new_rows():
     """A tuple that arrived without its entry is stored but absent; its entry arriving together with
     new rows flips a tuple the merge did not bring, so views re-evaluate it."""
@@ -189,6 +204,16 @@ def test_a_local_insert_of_new_rows_appends_them_to_the_views(writer):
     assert written(writer, "INSERT INTO r VALUES (?, ?, ?)", [2, 6, 20]) == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
     assert written(writer, "INSERT INTO r VALUES (3, 5, 10), (4, 7, 30)") == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
     check(writer, writer)
+
+
+def test_a_local_insert_joining_a_deleted_row_adds_nothing(writer):
+    """The point path's new monomial holds an id of s it did not write, deleted before: not alive."""
+    writer.execute("DELETE FROM s WHERE k = 2")
+    assert written(writer, "INSERT INTO r VALUES (?, ?, ?)", [2, 6, 20]) == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
+    assert app(writer, "j") == [(1, 5, 1)]
+    assert written(writer, "INSERT INTO r VALUES (3, 7, 20), (4, 8, 10)") == {"p": ["INSERT INTO"], "j": ["INSERT INTO"]}
+    check(writer, writer)
+    assert app(writer, "j") == [(1, 5, 1), (4, 8, 1)]
 
 
 def test_a_local_reinsert_of_a_deleted_row_and_an_update_reach_the_views(writer):

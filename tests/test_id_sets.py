@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crr.id_sets import all_in, ids_arrow, index_in
+from crr.id_sets import all_in, distinct_ids, ids_arrow, index_in
 
 # ids sharing low or high words with each other, as well as arbitrary ones
 words = st.sampled_from([0, 1, 2**64 - 1, 12345])
@@ -18,6 +18,19 @@ def test_index_in_finds_exactly_the_ids_of_the_set(values, value_set, offset):
     want = [value_set.index(v) if v in value_set else None for v in values[min(offset, len(values)):]]
     assert got == want
     assert all_in(ids_arrow(values), ids_arrow(value_set)) == (set(values) <= set(value_set))
+
+
+@given(st.lists(ids, max_size=30), st.integers(0, 3))
+def test_distinct_ids_is_true_only_for_distinct_ids(values, offset):
+    """True means no id repeats; it may say False for distinct ids sharing a low word (it is used to
+    skip a DISTINCT, so only a wrong True would be a bug), never for ids whose low words differ."""
+    k = min(offset, len(values))
+    got = distinct_ids(ids_arrow(values).slice(k))
+    values = values[k:]
+    if got:
+        assert len(set(values)) == len(values)
+    if len({v % 2**64 for v in values}) == len(values):
+        assert got
 
 
 def test_index_in_reads_duckdbs_uhugeint_arrow_chunked_and_sliced():
