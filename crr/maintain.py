@@ -626,16 +626,16 @@ class Maintainer:
         if rel.aggregate is None and self._only_new_monomials_change(rel):
             self._insert_alive_new(rel)
             return
-        d = f"(SELECT DISTINCT vid FROM ({' UNION ALL '.join(dirty)}))"
+        d = f"({' UNION ALL '.join(dirty)})"  # the dirty tuples' vids, maybe repeated (read by a semi-join)
         values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
         if rel.indexed:  # a monomial is alive when all its ids are visible
             alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
                         FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
-                              JOIN {d} d ON d.vid = m.vid) u
+                              SEMI JOIN {d} d ON d.vid = m.vid) u
                         LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid"""
         else:  # one id per monomial: mid is that id
             alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
-                        JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
+                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
         changes = f"""
             SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
         if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
