@@ -844,7 +844,7 @@ def _liveness(monomials: pa.Table, flips: pa.Table) -> Liveness:
     at = index_in(flat, flips.column("id"))
     visible = bool_column(pc.take(flips.column("vis").combine_chunks(), at))  # null where unknown
     # written and not visible (a written entry without a visibility counts as invisible)
-    dead_ids = pc.and_(pc.is_valid(at), pc.invert(pc.fill_null(visible, False)))
+    dead_ids = pc.and_(pc.is_valid(at), pc.invert(pc.fill_null(visible, FALSE)))
     lengths = pc.min_max(pc.list_value_length(ids)).as_py()
     if lengths["min"] == lengths["max"] == 1:  # one id each: the ids line up with the monomials
         dead = dead_ids
