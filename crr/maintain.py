@@ -749,13 +749,14 @@ class Maintainer:
                                                        FROM {self.new_derived[view.name]}) n
                           LEFT JOIN _crr.cl c ON c.id = n.id
                           GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
-            distinct = False
+            distinct, non_null = False, frozenset()
         else:
             live = _liveness(new, self.written_arrow)
             kept = new.filter(pc.invert(live.dead))
             if kept.num_rows == 0:
                 return
             distinct = distinct_ids(kept.column("vid"))
+            non_null = frozenset(c for c in cols if kept.column(c).null_count == 0)
             if live.unknown_ids is None:
                 present = f"SELECT * FROM {self._register(f'_crr_alive_{view.name}', kept.select(['vid'] + cols))}"
             else:  # a monomial holding an id _crr.cl has invisible (or has no entry for) is dead
@@ -765,9 +766,17 @@ class Maintainer:
                               ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN _crr.cl v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
+        match = app_match(view, 'app', 'd', non_null)
+        if non_null:
+            # the APP rows that can match, found by a semi-join: DuckDB pushes the new rows' range of
+            # each ``=`` column into the scan (zone maps skip row groups), which it does not do for
+            # the anti-join's side (620k APP rows: 11.5 -> 1.6 ms for 636 new rows, measured alone)
+            app = f"(SELECT app.* FROM {view.app} app SEMI JOIN d ON {match})"
+        else:
+            app = view.app
         inserted = self.x(f"""INSERT INTO {view.app} ({app_cols_sql(view)})
-            SELECT {cols_sql(view, 'd')} FROM {rows} d
-            ANTI JOIN {view.app} app ON {app_match(view, 'app', 'd')}""")
+            WITH d AS MATERIALIZED (SELECT * FROM {rows})
+            SELECT {cols_sql(view, 'd')} FROM d ANTI JOIN {app} app ON {match}""")
         self.counts(view.name).inserted += inserted
 
     def _patch_base(self, rel: Relation) -> None:
