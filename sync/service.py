@@ -401,6 +401,15 @@ class SyncService:
             delay = min(delay * 2, 5.0)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one accepted connection. A handler that stop() cancels ends normally: Python 3.11's
+        asyncio logs a cancelled connection handler as an error ("Exception in callback ...
+        CancelledError")."""
+        try:
+            await self._accept_connection(reader, writer)
+        except asyncio.CancelledError:
+            writer.close()
+
+    async def _accept_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._track()
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
