@@ -441,37 +441,40 @@ class Maintainer:
             return
         # the plans are compiled once; their SQL text depends only on where each changed input's
         # delta is read from, so it is generated once per such combination (``sql_cache``, per site)
+        single = {r: self._single_id(r) for r in plan.inputs}
         key = (view.name, tuple((r, self.new_base[r] if r in self.new_base else self.new_derived[r])
-                                for r in sorted(changed)), tuple(self._single_id(r) for r in sorted(plan.inputs)))
+                                for r in sorted(changed)), tuple(single[r] for r in sorted(plan.inputs)))
         cached = self.sql_cache.get(key)
         if cached is None:
-            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, self._single_id)]
+            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, single.__getitem__)]
             union = " UNION ALL ".join(f"({q})" for q in queries)
             cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
                               {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
             cached = self.sql_cache[key] = (cand, len(queries) == 1)
         cand, linear = cached
-        single_base = linear and all(self._single_id(r) for r in changed)
+        single_base = linear and all(single[r] for r in changed)
         self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view),
-                            fresh=linear and self._fresh_product(view, changed))
+                            fresh=linear and all(single.values()) and self._fresh_product(view, changed))
 
     def _fresh_product(self, view: Relation, changed: set[str]) -> bool:
         """Whether none of the view's candidate monomials can be one it already holds, so adding them
-        needs no anti-join with its ``$m``. Given one delta query (one changed input, occurring once):
+        needs no anti-join with its ``$m``. Given one delta query (one changed input, occurring once)
+        and inputs that each hold one id per monomial (:meth:`_single_id`, checked by the caller):
 
-        * the changed input's delta holds only monomials it did not hold before (:attr:`fresh`), and
-          every input holds one id per monomial (:meth:`_single_id`): each candidate holds an id of
-          the changed input that no stored monomial of it held, so no monomial of the view derived
-          before this batch holds it (a view derives monomials only from its inputs' stored or delta
-          monomials, and AUG state never loses one);
+        * the changed input's delta holds only monomials it did not hold before (:attr:`fresh`), so
+          each candidate holds an id of the changed input that no stored monomial of it held, and no
+          monomial of the view derived before this batch holds it (a view derives monomials only
+          from its inputs' stored or delta monomials, and AUG state never loses one);
         * the inputs' lineages are disjoint: no other input can hold that id either (a remote copy of
           the changed table beside it would, and could have brought it into the view earlier).
         """
         assert view.plan is not None
-        if not changed <= self.fresh or not all(self._single_id(r) for r in view.plan.inputs):
-            return False
-        lineages = [self.lineage.get(r, {r}) for r in view.plan.inputs]
+        return changed <= self.fresh and self._disjoint_lineages(view.plan.inputs)
+
+    def _disjoint_lineages(self, relations: list[str]) -> bool:
+        """Whether no base relation is in the lineage of two of ``relations`` (nor of one twice)."""
+        lineages = [self.lineage.get(r, {r}) for r in relations]
         return sum(len(x) for x in lineages) == len(set().union(*lineages))
 
     def _single_id(self, relation: str) -> bool:
@@ -509,8 +512,7 @@ class Maintainer:
             widths = [self._input_widths(o.relation) for o in branch.occurrences]
             if any(w is None for w in widths):
                 return None
-            lineages = [self.lineage.get(o.relation, {o.relation}) for o in branch.occurrences]
-            disjoint = sum(len(x) for x in lineages) == len(set().union(*lineages))
+            disjoint = self._disjoint_lineages([o.relation for o in branch.occurrences])
             lo = sum(w[0] for w in widths) if disjoint else max(w[0] for w in widths)  # type: ignore[index]
             bounds.add((lo, sum(w[1] for w in widths)))  # type: ignore[index]
         lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
