@@ -28,12 +28,13 @@ Storage layout of one site (all inside one DuckDB file):
 * ``_crr."<v>$w"`` -- in place of ``$m``, for the one select/project view of a remote source that
   keeps nothing: the source's causal-length entries (not in ``_crr.cl``) and the view's derivations,
   one row per tuple id (``colocated`` in the catalog; see :mod:`crr.colocated`).
-* ``_crr."<r>$i"`` -- inverted index ``(id, vid)`` from tuple ids to the tuples whose monomials hold
-  them, kept when monomials may hold more than one id (joins, remote inputs); width-1 relations use
-  ``$m.mid``. It only finds the tuples to re-evaluate when an id flips, so absorption leaves its
-  entries (a stale entry costs one needless re-evaluation, never a wrong answer).
-* An aggregate view ``v`` is a view whose tuples are the rows of its FROM/WHERE core (``$m``, ``$i``
-  as above); the core's present rows are ``_crr."v$r"`` (in place of an APP table), per-group state
+* No index from ids to the monomials holding them: when ids flip, the tuples to re-evaluate are
+  found by a scan of ``$m`` (``mid`` when every monomial holds one id; each position of ``ids``
+  otherwise, see :meth:`crr.maintain.Maintainer._holding_flipped`). DuckDB answers a join by
+  scanning the big side in full anyway, so an index table ``(id, vid)`` (storage version 3's ``$i``)
+  cost a statement per batch and a quarter of a join view's state, and saved 0-2 ms per lookup.
+* An aggregate view ``v`` is a view whose tuples are the rows of its FROM/WHERE core (``$m`` as
+  above); the core's present rows are ``_crr."v$r"`` (in place of an APP table), per-group state
   ``_crr."v$g"``, COUNT(DISTINCT) multiplicities ``_crr."v$d<j>"``, and ``main.v`` holds the
   aggregate's rows (see :mod:`crr.aggregate`).
 """
@@ -57,14 +58,19 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 3  # 3: AUG tables name the user's columns positionally (c0, c1, ...)
+STORAGE_VERSION = 4  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index
+
+
+def aug_table(relation: str, suffix: str) -> str:
+    """Qualified name of the internal table ``<relation>$<suffix>``."""
+    return f"{SCHEMA}.{quote_ident(relation + '$' + suffix)}"
 
 
 @dataclass(frozen=True)
 class Relation:
     """A relation held at a site: a replicated table, a remote table or source, or a materialized view.
 
-    Immutable: a change (a grown lineage, a newly built index) is a new Relation in a new
+    Immutable: a change (a grown lineage, a first monomial of several ids) is a new Relation in a new
     :class:`Catalog` snapshot.
     """
 
@@ -76,7 +82,7 @@ class Relation:
     definition: str | None = None
     lineage: frozenset[str] = frozenset()  # learned lineage (remote tables and sources)
     plan: ViewPlan | None = None
-    indexed: bool = True  # whether the $i inverted index is kept (provenance relations)
+    wide: bool = True  # whether its monomials may hold more than one id (then ``mid`` is not the id)
     stored: bool = True  # whether AUG tuples are kept (false only for a source no view joins)
     aggregate: "AggregateSpec | None" = None  # an aggregate view: its tuples are the core's rows (crr.aggregate)
     # a remote table or source that has received a view's monomials, not only a replicated table's
@@ -135,8 +141,8 @@ class Relation:
         return f"({cols}{key})"
 
     def aug(self, suffix: str) -> str:
-        """Qualified name of one of the relation's AUG tables (suffix ``t``, ``m``, ``i`` or ``w``)."""
-        return f"{SCHEMA}.{quote_ident(self.name + '$' + suffix)}"
+        """Qualified name of one of the relation's AUG tables (suffix ``t``, ``m`` or ``w``)."""
+        return aug_table(self.name, suffix)
 
     @property
     def app(self) -> str:
@@ -277,7 +283,7 @@ CATALOG_DDL = [
     f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta (k VARCHAR PRIMARY KEY, v VARCHAR)",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.relations (
         name VARCHAR PRIMARY KEY, kind VARCHAR, columns VARCHAR, key VARCHAR, not_null VARCHAR,
-        definition VARCHAR, lineage VARCHAR, indexed BOOLEAN, position INTEGER, stored BOOLEAN, derived BOOLEAN)""",
+        definition VARCHAR, lineage VARCHAR, wide BOOLEAN, position INTEGER, stored BOOLEAN, derived BOOLEAN)""",
     # files written before ``derived`` existed: unknown, so assumed (it only costs a faster path)
     f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS derived BOOLEAN DEFAULT true",
     f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS colocated BOOLEAN DEFAULT false",
@@ -288,7 +294,7 @@ CATALOG_DDL = [
 ]
 
 
-CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, indexed, position, stored, derived, "
+CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, wide, position, stored, derived, "
                    "colocated")
 """``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
 TABLE, at the end: read them by name)."""
@@ -297,13 +303,13 @@ TABLE, at the end: read them by name)."""
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
-            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.indexed, position,
+            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.wide, position,
             rel.stored, rel.derived, rel.colocated]
 
 
 def relation_from_row(row: tuple) -> Relation:
     """Rebuild a relation (without its compiled plan) from a catalog row."""
-    name, kind, columns, key, not_null, definition, lineage, indexed, _, stored = row[:10]
+    name, kind, columns, key, not_null, definition, lineage, wide, _, stored = row[:10]
     kind = RelationKind(kind)
     # a row written before ``derived`` existed (a Spark manifest's): unknown, so assumed for remote relations
     remote = kind in (RelationKind.REMOTE, RelationKind.SOURCE)
@@ -311,7 +317,7 @@ def relation_from_row(row: tuple) -> Relation:
     colocated = bool(row[11]) if len(row) > 11 else False
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
-                    lineage=frozenset(json.loads(lineage)), indexed=bool(indexed), stored=bool(stored),
+                    lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),
                     derived=bool(derived), colocated=colocated)
 
 
@@ -332,8 +338,6 @@ def aug_ddl(rel: Relation) -> list[str]:
                          vis BOOLEAN, seq BIGINT, vid UHUGEINT, {cols}, dseq BIGINT)""")
     else:
         stmts.append(monomials_ddl(rel))
-        if rel.indexed:
-            stmts.append(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
     return stmts
 
 
@@ -349,7 +353,7 @@ def drop_ddl(rel: Relation) -> list[str]:
     if rel.is_base:
         stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
     else:
-        stmts += [f"DROP TABLE IF EXISTS {rel.aug(x)}" for x in ("m", "i", "w")]
+        stmts += [f"DROP TABLE IF EXISTS {rel.aug(x)}" for x in ("m", "w")]
     if rel.aggregate is not None:
         stmts += [f"DROP TABLE IF EXISTS {t}" for t in rel.aggregate.tables()]
     return stmts

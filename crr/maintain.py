@@ -54,6 +54,10 @@ from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_s
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
+# the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
+# (longer ones, or unknown lengths, are unnested: see Maintainer._holding_flipped)
+MAX_POSITION_PROBES = 4
+
 
 def mid_sql(ids: str) -> str:
     """SQL of a monomial's id: the XOR of its tuple ids (``ids``: a qualified UHUGEINT[] column).
@@ -187,7 +191,7 @@ class Maintainer:
                  seq: int, widths: dict[str, tuple[int, int]]) -> None:
         self.con = con
         self.slots = slots  # where the batch's Arrow results are read from (crr.arrow_slots)
-        self.rels = dict(relations)  # this batch's view of the catalog (see _build_index)
+        self.rels = dict(relations)  # this batch's view of the catalog (see _mark_wide)
         self.seq = seq
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
@@ -206,7 +210,7 @@ class Maintainer:
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
         self._written_by: dict[str, pa.Table] = {}  # base relation -> its rows of written_arrow (memo)
         self._all_new: dict[str, bool] = {}  # relation -> _written_all_new_to_replica (memo)
-        self.indexed: list[str] = []  # relations whose $i index this batch built (the site stages them)
+        self.widened: list[str] = []  # relations whose first wide monomials this batch added (the site stages them)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
@@ -524,7 +528,7 @@ class Maintainer:
         the caller knows it lacks them all, see :meth:`_fresh_product`)."""
         name = f"_crr_newm_{rel.name}"
         source = f"(SELECT DISTINCT ON (vid, mid) * FROM ({cand}))" if dedup else f"({cand})"
-        if (width is not None and width[0] == width[1] and (width[1] <= 1 or rel.indexed)
+        if (width is not None and width[0] == width[1] and (width[1] <= 1 or rel.wide)
                 and not self._mixed_widths(rel, *width)):
             # every monomial has the one length the relation's others have, so none absorbs another:
             # one INSERT adds them and returns them, as this batch's delta of the relation
@@ -537,8 +541,8 @@ class Maintainer:
         if width is None or width[0] != width[1]:
             width = self.con.execute(f"SELECT min(len(ids)), max(len(ids)) FROM {temp_table(name)}").fetchall()[0]
         lo, hi = width
-        if hi > 1 and not rel.indexed:
-            rel = self._build_index(rel)
+        if hi > 1 and not rel.wide:
+            rel = self._mark_wide(rel)
         if self._mixed_widths(rel, lo, hi):
             n = self._absorb(rel, name)
             if n == 0:
@@ -549,8 +553,6 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.new_monomials += n
         self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
-        if rel.indexed:
-            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {temp_table(name)}")
 
     def _insert_monomials(self, rel: Relation, name: str, source: str, fresh: bool = False) -> None:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING (without
@@ -567,8 +569,6 @@ class Maintainer:
         self.new_arrow[rel.name] = added
         self.fresh.add(rel.name)
         self.counts(rel.name).new_monomials += added.num_rows
-        if rel.indexed:
-            self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {view}")
 
     def _mixed_widths(self, rel: Relation, lo: int, hi: int) -> bool:
         """Whether monomials of different lengths may meet in ``rel`` (only then can one absorb another)."""
@@ -579,14 +579,12 @@ class Maintainer:
         self.widths[rel.name] = (lo, hi)
         return lo < hi
 
-    def _build_index(self, rel: Relation) -> Relation:
-        """Start the id -> monomial index of a relation whose monomials so far all had one id; return
-        the relation as it is now (this batch's own view of the catalog; the site stages it)."""
-        self.x(f"CREATE TABLE {rel.aug('i')} (id UHUGEINT, vid UHUGEINT)")
-        self.x(f"INSERT INTO {rel.aug('i')} SELECT unnest(ids) AS id, vid FROM {rel.aug('m')}")
-        self.x("UPDATE _crr.relations SET indexed = true WHERE name = ?", [rel.name])
-        rel = self.rels[rel.name] = dataclasses.replace(rel, indexed=True)
-        self.indexed.append(rel.name)
+    def _mark_wide(self, rel: Relation) -> Relation:
+        """Record in the catalog that a relation whose monomials so far all held one id now holds longer
+        ones; return the relation as it is now (this batch's own view of the catalog; the site stages it)."""
+        self.x("UPDATE _crr.relations SET wide = true WHERE name = ?", [rel.name])
+        rel = self.rels[rel.name] = dataclasses.replace(rel, wide=True)
+        self.widened.append(rel.name)
         return rel
 
     def _absorb(self, rel: Relation, newm: str) -> int:
@@ -619,10 +617,7 @@ class Maintainer:
         if rel.name in self.absorbed:
             dirty.append(f"SELECT vid FROM {temp_table(self.absorbed[rel.name])}")
         if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
-            if rel.indexed:
-                dirty.append(f"SELECT i.vid FROM {rel.aug('i')} i JOIN {self.flips} f ON f.id = i.id")
-            else:
-                dirty.append(f"SELECT m.vid FROM {rel.aug('m')} m JOIN {self.flips} f ON f.id = m.mid")
+            dirty.append(self._holding_flipped(rel))
         if not dirty:
             return
         if rel.aggregate is None and self._only_new_monomials_change(rel):
@@ -630,7 +625,7 @@ class Maintainer:
             return
         d = f"({' UNION ALL '.join(dirty)})"  # the dirty tuples' vids, maybe repeated (read by a semi-join)
         values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
-        if rel.indexed:  # a monomial is alive when all its ids are visible
+        if rel.wide:  # a monomial is alive when all its ids are visible
             alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
                         FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
                               SEMI JOIN {d} d ON d.vid = m.vid) u
@@ -652,6 +647,24 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele
+
+    def _holding_flipped(self, rel: Relation) -> str:
+        """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).
+
+        One id per monomial: ``mid`` is that id. Longer monomials: when the site knows the longest
+        length ``rel`` holds (:attr:`widths`, an upper bound that every added monomial widens), one
+        semi-join per position of ``ids``; DuckDB scans ``$m`` for each, which measured as fast as the
+        join with the former ``(id, vid)`` index table, whose rows were twice as many. Otherwise the
+        ids are unnested.
+        """
+        m, flips = rel.aug("m"), self.flips
+        if not rel.wide:
+            return f"SELECT m.vid FROM {m} m SEMI JOIN {flips} f ON f.id = m.mid"
+        longest = self.widths.get(rel.name, (0, 0))[1] if rel.stored else 0
+        if 0 < longest <= MAX_POSITION_PROBES:
+            return " UNION ALL ".join(f"SELECT m.vid FROM {m} m SEMI JOIN {flips} f ON f.id = m.ids[{k}]"
+                                      for k in range(1, longest + 1))
+        return f"SELECT u.vid FROM (SELECT vid, unnest(ids) AS id FROM {m}) u SEMI JOIN {flips} f ON f.id = u.id"
 
     def _only_new_monomials_change(self, view: Relation) -> bool:
         """Whether this batch can only add tuples to ``view``, and only tuples of its new monomials.

@@ -31,6 +31,7 @@ from crr.changes import collect_changes
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
                        changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge)
 from crr.types import Column, quote_ident, type_family
+from crr.upgrade import upgradable, upgrade
 from crr.writes import prepare_update, prepare_write
 from crr.sql import dml
 from crr.sql.compile import compile_view
@@ -106,6 +107,9 @@ class Site:
                 meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
                         "seq": "0", "hlc": "0"}
                 con.executemany(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", list(meta.items()))
+            if upgradable(int(meta["version"])) and (site_id is None or meta["site_id"] == site_id):
+                upgrade(con, int(meta["version"]))
+                meta["version"] = str(STORAGE_VERSION)
             con.commit()
         except BaseException:
             con.rollback()
@@ -343,7 +347,7 @@ class Site:
                 type_family(c.type)
             rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                            key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
-                           not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
+                           not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                            stored=stmt.kind is not RelationKind.SOURCE)
             self._add_relation(rel)
             self._stage(self._rels.with_(rel))
@@ -377,10 +381,10 @@ class Site:
         for c in columns:
             type_family(c.type)
         # Monomials of a join of replicated tables have a known length; views over remote tables or
-        # views start without the id index and build it when a longer monomial first arrives.
+        # views start narrow and are marked wide when a longer monomial first arrives.
         width = plan.width(lambda r: 1 if self._rels[r].is_base else None)
         rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
-                       indexed=width is not None and width > 1, aggregate=spec)
+                       wide=width is not None and width > 1, aggregate=spec)
         to_store = self._rels.sources_to_store(plan)
         rel = dataclasses.replace(rel, colocated=colocated.eligible(self._rels, rel))
         with self._transaction():
@@ -412,7 +416,7 @@ class Site:
             m.populate(view)
         finally:
             m.cleanup(force=True)
-        self._stage_indexed(m)
+        self._stage_widened(m)
         if m.result.changed:
             self._bump()
 
@@ -580,15 +584,15 @@ class Site:
             result = m.apply(batch, self._rels.views())
         finally:
             m.cleanup()
-        self._stage_indexed(m)
+        self._stage_widened(m)
         if result.changed or changed:
             self._bump()
         return result
 
-    def _stage_indexed(self, m: Maintainer) -> None:
-        """Stage the relations whose id index the maintainer started (it recorded them in the file)."""
-        if m.indexed:
-            self._stage(self._rels.with_(*(m.rels[name] for name in m.indexed)))
+    def _stage_widened(self, m: Maintainer) -> None:
+        """Stage the relations the maintainer marked wide (it recorded them in the file)."""
+        if m.widened:
+            self._stage(self._rels.with_(*(m.rels[name] for name in m.widened)))
 
     def _uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
         """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard

@@ -261,7 +261,7 @@ class SparkSite:
             spark_type(c.type)
         rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                        key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
-                       not_null=[c.name for c in stmt.columns if c.not_null], indexed=False,
+                       not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                        stored=stmt.kind is not RelationKind.SOURCE)
 
         def work(txn: Transaction, catalog: Catalog):
