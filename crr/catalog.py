@@ -23,7 +23,11 @@ Storage layout of one site (all inside one DuckDB file):
   the relation's name, ``ids`` the sorted id list of the monomial, ``mid`` a hash of it; the values
   sit beside each derivation so no separate tuple table has to be written and joined. A tuple is
   present when one of its monomials has only visible ids; that is evaluated for the tuples a batch
-  touches. A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
+  touches. A *narrow* relation (a remote table or source that has only received a replicated
+  table's tuples: not ``derived``) holds each tuple as its own one monomial, so ``mid`` is ``vid``
+  and ``ids`` is ``[vid]``: its ``$m`` computes both as generated (virtual) columns and stores only
+  ``(vid, cols..., seq)``. When a view's monomials first arrive for it, the merge moves ``$m`` to
+  the full layout in its own transaction (:func:`relayout_monomials_ddl`). A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
   select/project view needs only each batch's new tuples.
 * ``_crr."<v>$w"`` -- in place of ``$m``, for the one select/project view of a remote source that
   keeps nothing: the source's causal-length entries (not in ``_crr.cl``) and the view's derivations,
@@ -90,6 +94,13 @@ class Relation:
     derived: bool = False
     # a view whose derivations live with its source's causal lengths in ``$w`` (crr.colocated)
     colocated: bool = False
+
+    @property
+    def narrow(self) -> bool:
+        """Whether ``$m`` stores only each monomial's ``vid`` (``mid`` and ``ids`` are generated from
+        it): a remote table or source that has received only a replicated table's tuples, each of
+        which is its own one monomial whose id is the tuple's (see the module docstring)."""
+        return self.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not self.derived
 
     @property
     def is_base(self) -> bool:
@@ -341,10 +352,32 @@ def aug_ddl(rel: Relation) -> list[str]:
     return stmts
 
 
-def monomials_ddl(rel: Relation) -> str:
-    """DDL creating a derived relation's monomials table ``$m`` (see the module docstring)."""
+def monomials_ddl(rel: Relation, table: str | None = None) -> str:
+    """DDL creating a derived relation's monomials table ``$m`` (or ``table`` in its layout; see the
+    module docstring): ``(vid, mid, ids, cols..., seq)``, ``mid`` and ``ids`` generated from ``vid``
+    when the relation is narrow."""
     cols = ", ".join(f"{c.name} {c.type}" for c in rel.aug_columns)
-    return f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)"
+    head = ("vid UHUGEINT, mid UHUGEINT AS (vid), ids UHUGEINT[] AS ([vid])" if rel.narrow
+            else "vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[]")
+    return f"CREATE TABLE {table or rel.aug('m')} ({head}, {cols}, seq BIGINT)"
+
+
+def stored_monomial_sql(rel: Relation, alias: str) -> str:
+    """What an INSERT into ``rel``'s ``$m`` gives before the values, read from ``alias``: ``vid``
+    alone for a narrow relation (the rest is generated), else ``vid, mid, ids``."""
+    return f"{alias}.vid" if rel.narrow else f"{alias}.vid, {alias}.mid, {alias}.ids"
+
+
+def relayout_monomials_ddl(old: Relation, new: Relation) -> list[str]:
+    """Statements moving a relation's ``$m`` from ``old``'s layout to ``new``'s (narrow to full when
+    it becomes derived; full to narrow when a storage-version-3 file is upgraded), rows kept."""
+    assert old.name == new.name and old.narrow != new.narrow
+    moved = aug_table(old.name, "m$relayout")
+    cols = ", ".join(f"m.{c.name}" for c in old.aug_columns)
+    return [monomials_ddl(new, moved),
+            f"INSERT INTO {moved} SELECT {stored_monomial_sql(new, 'm')}, {cols}, m.seq FROM {old.aug('m')} m",
+            f"DROP TABLE {old.aug('m')}",
+            f"ALTER TABLE {moved} RENAME TO {quote_ident(old.name + '$m')}"]
 
 
 def drop_ddl(rel: Relation) -> list[str]:

@@ -46,7 +46,7 @@ from crr.arrow_build import FALSE, int64_range, string_scalar
 from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation, RelationKind
+from crr.catalog import Relation, RelationKind, stored_monomial_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
@@ -552,15 +552,18 @@ class Maintainer:
         self.fresh.add(rel.name)
         counts = self.counts(rel.name)
         counts.new_monomials += n
-        self.x(f"INSERT INTO {rel.aug('m')} SELECT vid, mid, ids, {cols_sql(rel)}, {self.seq} FROM {temp_table(name)}")
+        self.x(f"""INSERT INTO {rel.aug('m')} SELECT {stored_monomial_sql(rel, 'n')}, {cols_sql(rel, 'n')}, {self.seq}
+                   FROM {temp_table(name)} n""")
 
     def _insert_monomials(self, rel: Relation, name: str, source: str, fresh: bool = False) -> None:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING (without
         the anti-join when the caller knows it lacks them all); the rows it returns are registered (as
         Arrow) as the relation's delta for the views over it."""
-        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid"
+        # a narrow relation's mid is its vid
+        match = "m.vid = c.vid" if rel.narrow else "m.vid = c.vid AND m.mid = c.mid"
+        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON {match}"
         added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
-            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
+            SELECT {stored_monomial_sql(rel, 'c')}, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
             RETURNING vid, mid, ids, {cols_sql(rel)}""")
         if added.num_rows == 0:
             return

@@ -17,7 +17,7 @@ from crr.aggregate import create_sql as aggregate_create_sql
 from crr import colocated
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation,
-                         aug_ddl, drop_ddl, relation_from_row, relation_row)
+                         aug_ddl, drop_ddl, relation_from_row, relation_row, relayout_monomials_ddl)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -643,7 +643,12 @@ class Site:
                     self._con.executemany(LINEAGE_UPDATE_SQL, [[json.dumps(sorted(lin)), n] for n, lin in grown.items()])
                 derived = newly_derived(held)
                 if derived:
-                    self._stage(self._rels.with_(*(dataclasses.replace(self._rels[n], derived=True) for n in derived)))
+                    now = [dataclasses.replace(self._rels[n], derived=True) for n in derived]
+                    for rel in now:  # a narrow $m takes the full layout before monomials arrive
+                        if rel.stored:
+                            for stmt in relayout_monomials_ddl(self._rels[rel.name], rel):
+                                self._con.execute(stmt)
+                    self._stage(self._rels.with_(*now))
                     self._con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
                 if grown or derived:
                     self._uncolocate(self._rels)

@@ -10,14 +10,20 @@ Steps, each from one version to the next:
 * 3 -> 4: the inverted index ``_crr."<r>$i"`` of ids to the tuples holding them is gone (the tuples
   to re-evaluate are found from ``$m``, see :mod:`crr.catalog`); the catalog's ``indexed`` column,
   which said whether a relation kept one, becomes ``wide`` (its monomials may hold several ids),
-  which is what it meant for every relation that had one.
+  which is what it meant for every relation that had one. The ``$m`` of a narrow relation (a remote
+  table or source not ``derived``) takes the narrow layout, ``mid`` and ``ids`` generated from
+  ``vid``, after a check that every row has them so; a relation failing it is marked derived and
+  keeps the full layout (it costs only a faster path).
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from crr.catalog import SCHEMA, STORAGE_VERSION, aug_table
+import dataclasses
+
+from crr.catalog import (CATALOG_COLUMNS, SCHEMA, STORAGE_VERSION, Relation, aug_table, relation_from_row,
+                         relayout_monomials_ddl)
 
 OLDEST_UPGRADABLE = 3
 
@@ -37,6 +43,21 @@ def drop_index_sql(relation: str) -> str:
     return f"DROP TABLE IF EXISTS {aug_table(relation, 'i')}"
 
 
+def relations_sql() -> str:
+    """The catalog's rows, in :func:`crr.catalog.relation_from_row`'s order."""
+    return f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations"
+
+
+def not_narrow_rows_sql(rel: Relation) -> str:
+    """3 -> 4: how many of a relation's stored monomials are not the tuple's own one monomial."""
+    return f"SELECT count(*) FROM {rel.aug('m')} WHERE mid IS DISTINCT FROM vid OR ids IS DISTINCT FROM [vid]"
+
+
+def mark_derived_sql() -> str:
+    """3 -> 4: mark a relation derived (one parameter: its name)."""
+    return f"UPDATE {SCHEMA}.relations SET derived = true WHERE name = ?"
+
+
 def set_version_sql() -> str:
     """Record the storage version in ``_crr.meta`` (one parameter: the version as text)."""
     return f"UPDATE {SCHEMA}.meta SET v = ? WHERE k = 'version'"
@@ -54,4 +75,14 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
         for (relation,) in con.execute(indexed_relations_sql()).fetchall():
             con.execute(drop_index_sql(relation))
         con.execute(rename_indexed_sql())
+        for row in con.execute(relations_sql()).fetchall():
+            rel = relation_from_row(row)
+            if not (rel.narrow and rel.stored):
+                continue
+            full = dataclasses.replace(rel, derived=True)
+            if con.execute(not_narrow_rows_sql(rel)).fetchall()[0][0]:
+                con.execute(mark_derived_sql(), [rel.name])
+            else:
+                for stmt in relayout_monomials_ddl(full, rel):
+                    con.execute(stmt)
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])

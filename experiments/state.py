@@ -9,11 +9,13 @@ lineage). Arrow sizes are uncompressed and layout-independent, so the two sides 
 128-bit ids count 16 bytes each. The parts, with their role (``state_roles``):
 
 * crr (found in DuckDB's catalog, so storage-layout changes in the engine are picked up):
-  - ``view``: every internal table of the view, ``_crr."<view>$<x>"`` (derivations ``$m``, the
-    id index ``$i`` and whatever else the engine keeps per view);
+  - ``view``: every internal table of the view, ``_crr."<view>$<x>"`` (derivations ``$m`` and
+    whatever else the engine keeps per view);
   - ``app``: the view's APP table ``main.<view>`` (the user's columns only);
   - ``input``: every internal table of a relation in the view's lineage, ``_crr."<r>$<x>"`` (the
     hidden tuples of remote sources a join keeps, ``$t`` tuples of replicated tables);
+  - in every crr table only the stored columns count: a generated (virtual) column is computed
+    when read (a narrow ``$m``'s ``mid`` and ``ids``, see crr.catalog);
   - ``lineage``: the causal-length entries ``_crr.cl`` of the relations in the view's lineage
     (``in?`` needs them), and any other internal table with a ``rel`` column, by the same filter;
     an internal table without one (other than the catalog, meta and cursor bookkeeping) is counted
@@ -89,6 +91,15 @@ def arrow_bytes(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return con.sql(sql).to_arrow_table().nbytes
 
 
+def stored_columns_sql(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> str:
+    """The select list of a table's stored columns: generated (virtual) columns, which DuckDB
+    computes when read and does not store, are left out (crr's narrow ``$m``, see crr.catalog)."""
+    cols = con.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = ? "
+                       "AND table_name = ? AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                       [schema, table]).fetchall()
+    return ", ".join('"' + c.replace('"', '""') + '"' for (c,) in cols)
+
+
 def part_name(schema: str, table: str) -> str:
     """How ``state_parts`` names a table: ``schema.table``, the table quoted unless a plain identifier."""
     return f'{schema}."{table}"' if not table.isidentifier() else f"{schema}.{table}"
@@ -121,17 +132,17 @@ def crr_state(site, view: str, path: str | None = None) -> State:
     state = State()
     rels = ", ".join("'" + r.replace("'", "''") + "'" for r in sorted(lineage | {view}))
     for schema, table in _tables(con):
-        q = _quote(schema, table)
+        q = f"{stored_columns_sql(con, schema, table)} FROM {_quote(schema, table)}"
         name = part_name(schema, table)
         owner, dollar, _ = table.partition("$")
         if schema == "main":
             if table == view:
-                state.add(name, "app", arrow_bytes(con, f"SELECT * FROM {q}"))
+                state.add(name, "app", arrow_bytes(con, f"SELECT {q}"))
         elif schema == "_crr":
             if dollar and owner == view:
-                state.add(name, "view", arrow_bytes(con, f"SELECT * FROM {q}"))
+                state.add(name, "view", arrow_bytes(con, f"SELECT {q}"))
             elif dollar and owner in lineage:
-                state.add(name, "input", arrow_bytes(con, f"SELECT * FROM {q}"))
+                state.add(name, "input", arrow_bytes(con, f"SELECT {q}"))
             elif dollar or table in BOOKKEEPING:
                 continue  # another relation's tables, or the site's catalog
             else:
@@ -139,9 +150,9 @@ def crr_state(site, view: str, path: str | None = None) -> State:
                     "SELECT column_name FROM duckdb_columns() WHERE schema_name = ? AND table_name = ?",
                     [schema, table]).fetchall()}
                 if "rel" in cols:
-                    state.add(name, "lineage", arrow_bytes(con, f"SELECT * FROM {q} WHERE rel IN ({rels})"))
+                    state.add(name, "lineage", arrow_bytes(con, f"SELECT {q} WHERE rel IN ({rels})"))
                 else:
-                    state.add(name, "other", arrow_bytes(con, f"SELECT * FROM {q}"))
+                    state.add(name, "other", arrow_bytes(con, f"SELECT {q}"))
     if path is not None:
         state.file_bytes, state.file_used_bytes = file_sizes(con, path)
     return state

@@ -13,9 +13,12 @@ import crr
 from crr.catalog import STORAGE_VERSION
 
 FIXTURE = Path(__file__).parent / "fixtures" / "site_v3.duckdb.gz"
-"""Written by crr at aab5b10 (storage version 3): replicated tables ``r (k PRIMARY KEY, g)`` and
-``s (g PRIMARY KEY, name)``, a join view ``v = SELECT r.k, s.name FROM r JOIN s ON r.g = s.g`` with
-its ``$i`` index, rows r (10, 1), (11, 1), (12, 2) and s (1, 'one'), (2, 'two'); site id ``v3-site``."""
+"""Written by crr at aab5b10 (storage version 3), site id ``v3-site``: replicated tables
+``r (k PRIMARY KEY, g)`` and ``s (g PRIMARY KEY, name)``, a join view
+``v = SELECT r.k, s.name FROM r JOIN s ON r.g = s.g`` with its ``$i`` index, rows r (10, 1), (11, 1),
+(12, 2) and s (1, 'one'), (2, 'two'); remote tables ``p`` and ``q`` of the same shapes (another site's
+replicated tables, merged from it: rows p (20, 1), (21, 1), (22, 2) and q as s) and the join view
+``w = SELECT p.k, q.name FROM p JOIN q ON p.g = q.g``, also with a ``$i`` index."""
 
 
 def _v3_site(tmp_path: Path) -> Path:
@@ -34,7 +37,7 @@ def test_a_version_3_file_is_upgraded_and_its_join_view_stays_maintained(tmp_pat
     site = crr.Site(path)
     assert site.site_id == "v3-site"
     assert site.execute("SELECT v FROM _crr.meta WHERE k = 'version'") == [(str(STORAGE_VERSION),)]
-    assert "v$i" not in _tables(site) and "v$m" in _tables(site)
+    assert not {"v$i", "w$i"} & _tables(site) and {"v$m", "w$m"} <= _tables(site)
     assert site.relation("v").wide and not site.relation("r").wide
     assert site.execute("SELECT * FROM v ORDER BY k") == [(10, "one"), (11, "one"), (12, "two")]
     # flips of either input's ids reach the view (found from v's monomials, not the dropped index)
@@ -68,3 +71,39 @@ def test_a_file_opened_under_another_site_id_is_refused_and_not_upgraded(tmp_pat
     con.close()
     site = crr.Site(path)  # its own id: upgraded now
     assert "v$i" not in _tables(site)
+
+
+def _generated(site: crr.Site, table: str) -> list[str]:
+    return [c for (c,) in site.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = '_crr' "
+                                       "AND table_name = ? AND is_generated = 'ALWAYS' ORDER BY 1", [table])]
+
+
+def test_a_version_3_view_site_gets_narrow_remote_tables_and_keeps_merging(tmp_path: Path) -> None:
+    """The remote tables' ``$m`` take the narrow layout (``mid`` and ``ids`` generated from ``vid``)
+    with their rows; changes merged afterwards from a new site holding the same rows (same tuple
+    ids) update the view, and a view's monomials arriving for a remote table move it back to the
+    full layout."""
+    site = crr.Site(_v3_site(tmp_path))
+    assert _generated(site, "p$m") == _generated(site, "q$m") == ["ids", "mid"]
+    assert _generated(site, "w$m") == []
+    assert site.execute('SELECT count(*) FROM _crr."p$m" WHERE mid = vid AND ids = [vid]') == [(3,)]
+    assert site.execute("SELECT * FROM w ORDER BY k") == [(20, "one"), (21, "one"), (22, "two")]
+    base = crr.Site(site_id="new-base")
+    base.execute("CREATE REPLICATED TABLE p (k INTEGER PRIMARY KEY, g INTEGER)")
+    base.execute("CREATE REPLICATED TABLE q (g INTEGER PRIMARY KEY, name VARCHAR)")
+    base.execute("INSERT INTO q VALUES (1, 'one'), (2, 'two'), (3, 'three')")
+    base.execute("INSERT INTO p VALUES (20, 1), (21, 1), (22, 2), (23, 3)")
+    base.execute("DELETE FROM p WHERE k = 20")
+    base.execute("DELETE FROM q WHERE g = 2")
+    site.merge(base.changes().to_bytes())
+    assert site.execute("SELECT * FROM w ORDER BY k") == [(21, "one"), (23, "three")]
+    assert site.execute("SELECT count(*) FROM p") == [(3,)]  # 21, 22 (its q row is gone, not it), 23
+    # a remote table receiving a view's monomials (here: a remote copy named like the view) widens
+    viewer = crr.Site(site_id="viewer")
+    viewer.execute("CREATE REMOTE TABLE p (k INTEGER PRIMARY KEY, g INTEGER)")
+    viewer.execute("CREATE REMOTE TABLE w (k INTEGER, name VARCHAR)")
+    viewer.merge(site.changes(relations=["p"]).to_bytes())
+    assert _generated(viewer, "w$m") == ["ids", "mid"]
+    viewer.merge(site.changes(relations=["w"]).to_bytes())
+    assert _generated(viewer, "w$m") == [] and viewer.relation("w").derived
+    assert viewer.execute("SELECT * FROM w ORDER BY k") == [(21, "one"), (23, "three")]
