@@ -705,6 +705,8 @@ class SyncService:
 
     # -- local control channel (crr sql / crr status while serving) ---------------------------------
     async def _accept_control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one control connection until its client leaves; like :meth:`_accept`, a handler that
+        stop() cancels ends normally."""
         self._track()
         try:
             done = await asyncio.wait_for(handshake.server_handshake(reader, writer, self.secret, self.site.site_id,
@@ -717,7 +719,8 @@ class SyncService:
                     await self._control(link, check_message(m, CONTROL_MESSAGES))
                 finally:
                     link.release(size)
-        except (EOFError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
+        except (EOFError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError,
+                asyncio.CancelledError):
             pass
         except CrrError as e:
             self._refuse(f"control channel: {e}", kind="control")

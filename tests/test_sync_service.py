@@ -106,6 +106,39 @@ def test_stopping_a_service_with_connected_peers_logs_no_error(tmp_path, caplog)
         _shutdown([sb], (a, b))
 
 
+def test_stopping_a_service_with_an_open_control_connection_logs_no_error(tmp_path, caplog):
+    """The same for a control connection (``crr sql`` / ``crr status`` while serving): stop() cancels
+    its handler while it waits for the next request."""
+    import asyncio
+    import threading
+
+    from crr.sync import handshake
+
+    a = _site(tmp_path, "a")
+    path = str(tmp_path / "a.sock")
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0), control_path=path).start()
+    connected, done = threading.Event(), threading.Event()
+
+    async def idle_client() -> None:
+        reader, writer = await asyncio.open_unix_connection(path)
+        await handshake.client_handshake(reader, writer, SECRET, "control")
+        connected.set()
+        await asyncio.to_thread(done.wait, 10)
+        writer.close()
+
+    client = threading.Thread(target=lambda: asyncio.run(idle_client()))
+    client.start()
+    try:
+        assert connected.wait(10)
+        with caplog.at_level("ERROR", logger="asyncio"):
+            sa.stop()  # the control handler is waiting for a request
+        assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
+    finally:
+        done.set()
+        client.join(10)
+        a.close()
+
+
 def test_wrong_secret_is_refused_and_changes_nothing(tmp_path):
     a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
     sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
