@@ -26,9 +26,10 @@ Storage layout of one site (all inside one DuckDB file):
   touches. A *narrow* relation (a remote table or source that has only received a replicated
   table's tuples: not ``derived``) holds each tuple as its own one monomial, so ``mid`` is ``vid``
   and ``ids`` is ``[vid]``: its ``$m`` computes both as generated (virtual) columns and stores only
-  ``(vid, cols..., seq)``. When a view's monomials first arrive for it, the merge moves ``$m`` to
-  the full layout in its own transaction (:func:`relayout_monomials_ddl`). A remote source keeps no AUG tuples (``stored`` false) until a view joins it: a
-  select/project view needs only each batch's new tuples.
+  ``(vid, cols..., seq)``. The merge that first brings a view's monomials for it moves ``$m`` to
+  the full layout, in that merge's transaction (:func:`relayout_monomials_ddl`). A remote source
+  keeps no AUG tuples (``stored`` false) until a view joins it: a select/project view needs only
+  each batch's new tuples.
 * ``_crr."<v>$w"`` -- in place of ``$m``, for the one select/project view of a remote source that
   keeps nothing: the source's causal-length entries (not in ``_crr.cl``) and the view's derivations,
   one row per tuple id (``colocated`` in the catalog; see :mod:`crr.colocated`).
