@@ -107,3 +107,18 @@ def test_a_version_3_view_site_gets_narrow_remote_tables_and_keeps_merging(tmp_p
     viewer.merge(site.changes(relations=["w"]).to_bytes())
     assert _generated(viewer, "w$m") == [] and viewer.relation("w").derived
     assert viewer.execute("SELECT * FROM w ORDER BY k") == [(21, "one"), (23, "three")]
+
+
+def test_a_version_3_remote_table_whose_rows_are_not_its_own_monomials_keeps_the_full_layout(tmp_path: Path) -> None:
+    """The upgrade checks every row before it narrows a remote table's ``$m``: a row whose ``mid`` is
+    not its ``vid`` (here written by hand into the version-3 file) makes it mark the table derived
+    and leave the layout as it is, rows included."""
+    path = _v3_site(tmp_path)
+    con = duckdb.connect(str(path))
+    con.execute('UPDATE _crr."q$m" SET mid = mid + 1 WHERE vid = (SELECT min(vid) FROM _crr."q$m")')
+    con.close()
+    site = crr.Site(path)
+    assert _generated(site, "q$m") == [] and site.relation("q").derived
+    assert _generated(site, "p$m") == ["ids", "mid"] and not site.relation("p").derived
+    assert site.execute('SELECT count(*) FROM _crr."q$m" WHERE mid <> vid') == [(1,)]
+    assert site.execute("SELECT * FROM w ORDER BY k") == [(20, "one"), (21, "one"), (22, "two")]
