@@ -21,7 +21,7 @@ that forced crr's append-only path on every batch still passed here.)
 from __future__ import annotations
 
 import duckdb
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import crr
@@ -208,14 +208,26 @@ def check(sites: dict[str, crr.Site]) -> None:
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+# Joined rows reach V1, then rows under them are deleted: ids held by the join views' monomials flip,
+# at either position of the monomials' id lists (the random programs rarely get there: a mutation that
+# looked up only the first position passed 25 of them; see tests/test_flipped_monomials.py).
+A_TO_V1 = {t: EDGES.index(("A", "V1", t)) for t in ("r", "s")}
+JOINED_THEN_DELETED = [("insert", "A", "r", a, b) for a, b in ((0, 1), (1, 1), (2, 2), (3, 2))] + [
+    ("insert", "A", "s", 1, 2), ("insert", "A", "s", 2, 3),
+    ("sync", A_TO_V1["r"], "cursor", None, None), ("sync", A_TO_V1["s"], "cursor", None, None),
+    ("delete", "A", "s", 1, None), ("delete", "A", "r", 2, None), ("delete", "A", "r", 1, None),
+    ("sync", A_TO_V1["s"], "cursor", None, None), ("sync", A_TO_V1["r"], "cursor", None, None)]
+
 
 @SETTINGS
 @given(ops)
+@example(JOINED_THEN_DELETED)
 def test_unkeyed_convergence(program):
     run(False, program)
 
 
 @SETTINGS
 @given(ops)
+@example(JOINED_THEN_DELETED)
 def test_keyed_convergence(program):
     run(True, program)
