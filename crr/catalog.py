@@ -311,6 +311,9 @@ CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, wid
 """``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
 TABLE, at the end: read them by name)."""
 
+CATALOG_ROWS_SQL = f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY position"
+"""The catalog's rows, for :func:`relation_from_row`, in declaration order."""
+
 
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""

@@ -46,7 +46,7 @@ from crr.arrow_build import FALSE, int64_range, string_scalar
 from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation, RelationKind, stored_monomial_sql
+from crr.catalog import Relation, stored_monomial_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
@@ -487,7 +487,7 @@ class Maintainer:
         it derived, in this batch's catalog, before a view's monomials are merged into it). A view's
         lengths may still grow, so views never qualify; the answer is part of the plan cache's key."""
         rel = self.rels[relation]
-        return rel.is_base or (rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not rel.derived)
+        return rel.is_base or rel.narrow
 
     def _input_widths(self, relation: str) -> tuple[int, int] | None:
         """(min, max) monomial length of an input: 1 for a replicated table; a stored relation's

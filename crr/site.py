@@ -16,8 +16,8 @@ from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
 from crr import colocated
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION, Relation,
-                         aug_ddl, drop_ddl, relation_from_row, relation_row, relayout_monomials_ddl)
+from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION,
+                         Relation, aug_ddl, drop_ddl, relation_from_row, relation_row, relayout_monomials_ddl)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -124,7 +124,7 @@ class Site:
                             f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
                             "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
-        rows = con.execute(f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY position").fetchall()
+        rows = con.execute(CATALOG_ROWS_SQL).fetchall()
         for row in rows:
             rel = relation_from_row(row)
             if rel.kind is RelationKind.VIEW:

@@ -18,12 +18,13 @@ Steps, each from one version to the next:
 
 from __future__ import annotations
 
-import duckdb
-
 import dataclasses
 
-from crr.catalog import (CATALOG_COLUMNS, SCHEMA, STORAGE_VERSION, Relation, aug_table, relation_from_row,
+import duckdb
+
+from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, aug_table, relation_from_row,
                          relayout_monomials_ddl)
+from crr.merge import DERIVED_UPDATE_SQL
 
 OLDEST_UPGRADABLE = 3
 
@@ -43,19 +44,9 @@ def drop_index_sql(relation: str) -> str:
     return f"DROP TABLE IF EXISTS {aug_table(relation, 'i')}"
 
 
-def relations_sql() -> str:
-    """The catalog's rows, in :func:`crr.catalog.relation_from_row`'s order."""
-    return f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations"
-
-
 def not_narrow_rows_sql(rel: Relation) -> str:
     """3 -> 4: how many of a relation's stored monomials are not the tuple's own one monomial."""
     return f"SELECT count(*) FROM {rel.aug('m')} WHERE mid IS DISTINCT FROM vid OR ids IS DISTINCT FROM [vid]"
-
-
-def mark_derived_sql() -> str:
-    """3 -> 4: mark a relation derived (one parameter: its name)."""
-    return f"UPDATE {SCHEMA}.relations SET derived = true WHERE name = ?"
 
 
 def set_version_sql() -> str:
@@ -75,14 +66,13 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
         for (relation,) in con.execute(indexed_relations_sql()).fetchall():
             con.execute(drop_index_sql(relation))
         con.execute(rename_indexed_sql())
-        for row in con.execute(relations_sql()).fetchall():
+        for row in con.execute(CATALOG_ROWS_SQL).fetchall():
             rel = relation_from_row(row)
             if not (rel.narrow and rel.stored):
                 continue
-            full = dataclasses.replace(rel, derived=True)
             if con.execute(not_narrow_rows_sql(rel)).fetchall()[0][0]:
-                con.execute(mark_derived_sql(), [rel.name])
-            else:
-                for stmt in relayout_monomials_ddl(full, rel):
+                con.execute(DERIVED_UPDATE_SQL, [rel.name])
+            else:  # its rows are in the full layout so far: move them to the narrow one
+                for stmt in relayout_monomials_ddl(dataclasses.replace(rel, derived=True), rel):
                     con.execute(stmt)
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])
