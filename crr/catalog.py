@@ -14,7 +14,8 @@ Storage layout of one site (all inside one DuckDB file):
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
-  site knows of; ``vis`` is a derived cache of DESIGN 1.2's ``visible(t)``.
+  site knows of (but those a replica's ``$e`` or a co-located view's ``$w`` keeps, below); ``vis`` is
+  a derived cache of DESIGN 1.2's ``visible(t)``.
 * AUG tables name the user's columns positionally, ``c0, c1, ...`` (``cols...`` below), so no user
   column name can collide with an internal one; only APP tables carry the user's names.
 * ``_crr."<r>$t"`` -- AUG tuples of a replicated table: ``(id, cols..., seq)``.
@@ -25,11 +26,13 @@ Storage layout of one site (all inside one DuckDB file):
   present when one of its monomials has only visible ids; that is evaluated for the tuples a batch
   touches. A *narrow* relation (a remote table or source that has only received a replicated
   table's tuples: not ``derived``) holds each tuple as its own one monomial, so ``mid`` is ``vid``
-  and ``ids`` is ``[vid]``: its ``$m`` computes both as generated (virtual) columns and stores only
-  ``(vid, cols..., seq)``. The merge that first brings a view's monomials for it moves ``$m`` to
-  the full layout, in that merge's transaction (:func:`relayout_monomials_ddl`). A remote source
-  keeps no AUG tuples (``stored`` false) until a view joins it: a select/project view needs only
-  each batch's new tuples.
+  and ``ids`` is ``[vid]``. A remote source keeps no AUG tuples (``stored`` false) until a view
+  joins it: a select/project view needs only each batch's new tuples.
+* ``_crr."<r>$e"`` -- in place of ``$m`` and of the relation's rows in ``_crr.cl``, for a narrow
+  relation that keeps its tuples (a *replica*, :mod:`crr.replica`): one row per tuple id with the
+  entry and the values, ``(id, cl, kh, stamp, vis, seq, cols..., tseq)``; ``$m`` is then a view of
+  it in the columns above. The merge that first brings a view's monomials for a replica moves it to
+  the standard layout, in that merge's transaction (:func:`crr.replica.release_sql`).
 * ``_crr."<v>$w"`` -- in place of ``$m``, for the one select/project view of a remote source that
   keeps nothing: the source's causal-length entries (not in ``_crr.cl``) and the view's derivations,
   one row per tuple id (``colocated`` in the catalog; see :mod:`crr.colocated`).
@@ -63,7 +66,8 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 4  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index
+STORAGE_VERSION = 5  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
+# 5: replicas keep their entries with their tuples ($e)
 
 
 def aug_table(relation: str, suffix: str) -> str:
@@ -98,10 +102,16 @@ class Relation:
 
     @property
     def narrow(self) -> bool:
-        """Whether ``$m`` stores only each monomial's ``vid`` (``mid`` and ``ids`` are generated from
-        it): a remote table or source that has received only a replicated table's tuples, each of
-        which is its own one monomial whose id is the tuple's (see the module docstring)."""
+        """Whether each monomial is a tuple's own one, ``mid`` = ``vid`` and ``ids`` = ``[vid]``: a
+        remote table or source that has received only a replicated table's tuples (see the module
+        docstring)."""
         return self.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not self.derived
+
+    @property
+    def replica(self) -> bool:
+        """Whether the relation keeps each tuple's causal-length entry in the tuple's row, ``$e``, with
+        ``$m`` a view of it (:mod:`crr.replica`): a narrow relation that keeps its tuples."""
+        return self.narrow and self.stored
 
     @property
     def is_base(self) -> bool:
@@ -351,37 +361,38 @@ def aug_ddl(rel: Relation) -> list[str]:
     elif rel.colocated:
         stmts.append(f"""CREATE TABLE {rel.aug('w')} (id UHUGEINT, cl INTEGER, kh UHUGEINT, stamp UHUGEINT,
                          vis BOOLEAN, seq BIGINT, vid UHUGEINT, {cols}, dseq BIGINT)""")
+    elif rel.replica:
+        stmts += replica_ddl(rel)
     else:
         stmts.append(monomials_ddl(rel))
     return stmts
 
 
-def monomials_ddl(rel: Relation, table: str | None = None) -> str:
-    """DDL creating a derived relation's monomials table ``$m`` (or ``table`` in its layout; see the
-    module docstring): ``(vid, mid, ids, cols..., seq)``, ``mid`` and ``ids`` generated from ``vid``
-    when the relation is narrow."""
+def monomials_ddl(rel: Relation) -> str:
+    """DDL creating a derived relation's monomials table ``$m``: ``(vid, mid, ids, cols..., seq)``."""
     cols = ", ".join(f"{c.name} {c.type}" for c in rel.aug_columns)
-    head = ("vid UHUGEINT, mid UHUGEINT AS (vid), ids UHUGEINT[] AS ([vid])" if rel.narrow
-            else "vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[]")
-    return f"CREATE TABLE {table or rel.aug('m')} ({head}, {cols}, seq BIGINT)"
+    return f"CREATE TABLE {rel.aug('m')} (vid UHUGEINT, mid UHUGEINT, ids UHUGEINT[], {cols}, seq BIGINT)"
 
 
-def stored_monomial_sql(rel: Relation, alias: str) -> str:
-    """What an INSERT into ``rel``'s ``$m`` gives before the values, read from ``alias``: ``vid``
-    alone for a narrow relation (the rest is generated), else ``vid, mid, ids``."""
-    return f"{alias}.vid" if rel.narrow else f"{alias}.vid, {alias}.mid, {alias}.ids"
+def replica_ddl(rel: Relation) -> list[str]:
+    """DDL creating a replica's table ``$e`` and its view ``$m`` (see :mod:`crr.replica`)."""
+    return [replica_table_ddl(rel), replica_view_ddl(rel)]
 
 
-def relayout_monomials_ddl(old: Relation, new: Relation) -> list[str]:
-    """Statements moving a relation's ``$m`` from ``old``'s layout to ``new``'s (narrow to full when
-    it becomes derived; full to narrow when a storage-version-3 file is upgraded), rows kept."""
-    assert old.name == new.name and old.narrow != new.narrow
-    moved = aug_table(old.name, "m$relayout")
-    cols = ", ".join(f"m.{c.name}" for c in old.aug_columns)
-    return [monomials_ddl(new, moved),
-            f"INSERT INTO {moved} SELECT {stored_monomial_sql(new, 'm')}, {cols}, m.seq FROM {old.aug('m')} m",
-            f"DROP TABLE {old.aug('m')}",
-            f"ALTER TABLE {moved} RENAME TO {quote_ident(old.name + '$m')}"]
+def replica_table_ddl(rel: Relation) -> str:
+    """DDL creating a replica's table ``$e``: each tuple's causal-length entry and values in one row,
+    ``(id, cl, kh, stamp, vis, seq, cols..., tseq)``."""
+    cols = ", ".join(f"{c.name} {c.type}" for c in rel.aug_columns)
+    return f"""CREATE TABLE {rel.aug('e')} (id UHUGEINT, cl INTEGER, kh UHUGEINT, stamp UHUGEINT, vis BOOLEAN,
+                                            seq BIGINT, {cols}, tseq BIGINT)"""
+
+
+def replica_view_ddl(rel: Relation) -> str:
+    """DDL creating a replica's ``$m``: a view of its ``$e`` rows with values, in the columns of a
+    monomials table ``(vid, mid, ids, cols..., seq)``, each tuple its own one monomial."""
+    names = ", ".join(c.name for c in rel.aug_columns)
+    return f"""CREATE VIEW {rel.aug('m')} AS SELECT id AS vid, id AS mid, [id] AS ids, {names}, tseq AS seq
+               FROM {rel.aug('e')} WHERE tseq IS NOT NULL"""
 
 
 def drop_ddl(rel: Relation) -> list[str]:
@@ -389,6 +400,8 @@ def drop_ddl(rel: Relation) -> list[str]:
     stmts = [f"DROP TABLE IF EXISTS {rel.app}"] if rel.has_app else []
     if rel.is_base:
         stmts.append(f"DROP TABLE IF EXISTS {rel.aug('t')}")
+    elif rel.replica:
+        stmts += [f"DROP VIEW IF EXISTS {rel.aug('m')}", f"DROP TABLE IF EXISTS {rel.aug('e')}"]
     else:
         stmts += [f"DROP TABLE IF EXISTS {rel.aug(x)}" for x in ("m", "w")]
     if rel.aggregate is not None:

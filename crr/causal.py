@@ -79,6 +79,11 @@ FORGED = "(c.id IS NOT NULL AND (c.rel <> d.rel OR c.kh IS DISTINCT FROM d.kh))"
 hash never change, so such an entry is forged (or corrupt). ``c.id IS NOT NULL`` because DuckDB may
 evaluate a clause's SET expressions over rows that did not match."""
 
+FORGED_IN_HOME = "(c.id IS NOT NULL AND d.cl IS NOT NULL AND c.cl > 0 AND c.kh IS DISTINCT FROM d.kh)"
+""":data:`FORGED` for a table of one relation's entries (an :class:`EntryHome` other than ``_crr.cl``, whose
+rows may have no entry yet, ``cl`` 0, and so none to compare): true for a received entry whose key hash
+differs from the stored entry of its id."""
+
 FORGED_ENTRIES = ("error('crr: causal-length entries of ' || d.rel || ' disagree about a tuple''s relation "
                   "or key hash; the changeset is corrupt or forged')")
 
@@ -185,9 +190,13 @@ def entry_delta_sql(received: ReceivedEntries, home: EntryHome, single_versions:
                                 true AS grew FROM {entries}{only_unkeyed}""")
     if received.some_keyed and not single_versions:
         parts.append(_keyed_delta_sql(entries, home))
-    return " UNION ALL ".join(f"({p})" for p in parts) if parts else (
-        "SELECT NULL::UHUGEINT AS id, NULL AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "
-        "NULL::UHUGEINT AS stamp, NULL::BOOLEAN AS vis, false AS grew WHERE false")
+    return " UNION ALL ".join(f"({p})" for p in parts) if parts else empty_entries_sql()
+
+
+def empty_entries_sql() -> str:
+    """No entries, in the columns of :func:`entry_delta_sql` (a batch that brings a home none)."""
+    return ("SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::UHUGEINT AS kh, NULL::INTEGER AS cl, "
+            "NULL::UHUGEINT AS stamp, NULL::BOOLEAN AS vis, false AS grew WHERE false")
 
 
 def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = False) -> str:

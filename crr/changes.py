@@ -8,7 +8,8 @@ cursor ``since`` are the rows with a larger one:
 * a view, remote table or source sends its new monomials (:func:`monomials_sql`) and the values of
   their tuples (:func:`derived_tuples_sql`);
 * the causal-length entries that changed, for every base relation in the lineage of what is sent
-  (:func:`cl_entries_sql`; a co-located view keeps its source's, :mod:`crr.colocated`).
+  (:func:`cl_entries_sql`; a co-located view keeps its source's, :mod:`crr.colocated`, and a replica
+  its own, :mod:`crr.replica`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from crr import colocated
+from crr import colocated, replica
 from crr.arrow_result import arrow_rows
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, RelationChanges
@@ -71,6 +72,8 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
             columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
     homes = colocated.homes_of(catalog)  # co-located sources' entries live with their views
-    parts = [cl_entries_sql(lineage - set(homes), since)]
+    replicas = [rel for rel in catalog.values() if rel.replica and rel.name in lineage]  # and replicas' with them
+    parts = [cl_entries_sql(lineage - set(homes) - {r.name for r in replicas}, since)]
     parts += [colocated.entries_sql(view, source, since) for source, view in homes.items() if source in lineage]
+    parts += [replica.changed_entries_sql(rel, since) for rel in replicas]
     return out, arrow_rows(con, " UNION ALL ".join(f"({p})" for p in parts))

@@ -50,7 +50,7 @@ import sqlglot
 
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
-from crr.causal import FORGED_ENTRIES, EntryHome, ReceivedEntries, entry_delta_sql
+from crr.causal import FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, tuple_id_sql
@@ -138,11 +138,6 @@ def derivations_sql(view: Relation, source: Relation, tuples: Rows) -> str:
                FROM ({plan.sql('duckdb')}) p"""
 
 
-FORGED = "(c.id IS NOT NULL AND d.cl IS NOT NULL AND c.cl > 0 AND c.kh IS DISTINCT FROM d.kh)"
-"""True for a received entry whose key hash differs from the stored entry of its id (forged; a row
-without an entry yet, ``cl`` 0, has none to compare). See :data:`crr.causal.FORGED`."""
-
-
 def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int, single_versions: bool) -> str:
     """One MERGE writing a batch's entries and derivations into the view's ``$w`` table; it returns
     ``(vid, vis, cl, seq, dseq, c0, ...)`` of every row it wrote (see the module docstring).
@@ -154,8 +149,7 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
     if batch.entries is not None:
         entries = f"({entry_delta_sql(batch.entries, home(view, batch.source), single_versions)})"
     else:
-        entries = ("(SELECT NULL::UHUGEINT AS id, NULL::VARCHAR AS rel, NULL::INTEGER AS cl, NULL::UHUGEINT AS kh, NULL::UHUGEINT AS stamp, "
-                   "NULL::BOOLEAN AS vis, false AS grew WHERE false)")
+        entries = f"({empty_entries_sql()})"
     derived = f"({derivations})" if derivations is not None else (
         f"(SELECT NULL::UHUGEINT AS id, NULL::UHUGEINT AS vid, "
         + ", ".join(f"NULL::{c.type} AS {c.name}" for c in view.aug_columns) + " WHERE false)")
@@ -167,10 +161,10 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
             SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
                    x.vid, {', '.join(f'x.{c}' for c in cols)}
             FROM {entries} e FULL JOIN {derived} x ON x.id = e.id) AS d ON c.id = d.id
-        WHEN MATCHED AND {FORGED} THEN UPDATE SET seq = CASE WHEN {FORGED} THEN {FORGED_ENTRIES} ELSE c.seq END
+        WHEN MATCHED AND {FORGED_IN_HOME} THEN UPDATE SET seq = CASE WHEN {FORGED_IN_HOME} THEN {FORGED_ENTRIES} ELSE c.seq END
         WHEN MATCHED AND ({grows} OR {new_derivation}) THEN UPDATE SET
             cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
-            vis = coalesce(d.vis, {cl} % 2 = 1),
+            vis = CASE WHEN d.cl IS NULL THEN c.vis ELSE coalesce(d.vis, {cl} % 2 = 1) END,
             seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END,
             vid = coalesce(c.vid, d.vid),
             {', '.join(f'{c} = CASE WHEN c.vid IS NULL THEN d.{c} ELSE c.{c} END' for c in cols)},

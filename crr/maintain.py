@@ -13,7 +13,9 @@ Local writes and merges both end here. A batch (:class:`Batch`) holds
 
 1. joins the causal lengths into ``_crr.cl`` (max of ``cl`` and of ``stamp``) and recomputes the
    visibility cache for the ids whose entries changed (and the other versions of their keys),
-   noting the ids whose visibility flipped (one MERGE, after a count for keyed entries);
+   noting the ids whose visibility flipped (one MERGE, after a count for keyed entries); a
+   replica's entries and tuples go into its own table by one MERGE each (:mod:`crr.replica`), whose
+   new tuples are the replica's delta for step 4;
 2. adds new base tuples to the replicated tables' AUG state;
 3. adds (``+``) new monomials to the views, remote tables and sources that arrived directly (a source
    that keeps nothing passes them straight to its views);
@@ -41,12 +43,12 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from crr import aggregate, colocated
+from crr import aggregate, colocated, replica
 from crr.arrow_build import FALSE, int64_range, string_scalar
 from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation, stored_monomial_sql
+from crr.catalog import Relation
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
@@ -97,6 +99,8 @@ class Batch:
     app_changes: dict[str, WrittenChanges] = field(default_factory=dict)
     # what the batch brings co-located views: their sources' tuples and entries (crr.colocated)
     colocated: list[colocated.ColocatedBatch] = field(default_factory=list)
+    # what the batch brings replicas: their tuples and entries (crr.replica)
+    replicas: list[replica.ReplicaBatch] = field(default_factory=list)
 
 
 @dataclass
@@ -311,7 +315,8 @@ class Maintainer:
 
     # 1. causal lengths and visibility ------------------------------------------------------------
     def _merge_cl(self, batch: Batch) -> None:
-        """Join the batch's causal lengths into ``_crr.cl`` and note which ids' visibility flipped.
+        """Join the batch's causal lengths into ``_crr.cl`` (and each replica's, with its tuples: see
+        :meth:`_merge_replica`) and note which ids' visibility flipped.
 
         A local write hands its exact growing entries (with their old visibility): one MERGE writes
         them, and visibility is plain parity (see :mod:`crr.writes`). A merge's entries are written
@@ -322,17 +327,41 @@ class Maintainer:
         if batch.local is not None:
             self._write_local_cl(batch.local)
             return
+        written = []
         received = batch.received
-        if received is None:
+        if received is not None:
+            merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, self._single_versions(received, CL)))
+            self.result.cl_changed = merged.num_rows
+            written.append(merged)
+        for part in batch.replicas:
+            written.append(self._merge_replica(part))
+        written = [w for w in written if w.num_rows]
+        if not written:
             return
-        written = arrow_rows(self.con, cl_merge_sql(received, self.seq, self._single_versions(received, CL)))
-        self.result.cl_changed = written.num_rows
-        if written.num_rows == 0:
-            return
-        self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', written)})"
-        self.written_arrow = written
-        self.flipped_rels = ({received.relation} if received.relation else
-                             set(written.column("rel").unique().to_pylist()))
+        table = written[0] if len(written) == 1 else pa.concat_tables(written)
+        self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', table)})"
+        self.written_arrow = table
+        self.flipped_rels = set(table.column("rel").unique().to_pylist())
+
+    def _merge_replica(self, part: replica.ReplicaBatch) -> pa.Table:
+        """Merge a replica's share of the batch, its entries and its tuples, in one MERGE (see
+        :mod:`crr.replica`); register the tuples it added as the relation's delta and return the
+        entries it wrote, ``(id, rel, vis)`` (a superset of the flips)."""
+        rel = self.rels[part.relation]
+        single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
+        returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
+        grew = pc.and_(pc.equal(returned.column("seq"), self.seq), pc.greater(returned.column("cl"), 0))
+        self.result.cl_changed += pc.sum(grew).as_py() or 0
+        added = returned.filter(pc.equal(returned.column("tseq"), self.seq))
+        if added.num_rows:
+            added = added.select(["vid", "mid", "ids"] + [c.name for c in rel.aug_columns])
+            self.new_derived[rel.name] = self._register(f"_crr_new_{rel.name}", added)
+            self.new_arrow[rel.name] = added
+            self.fresh.add(rel.name)
+            self.counts(rel.name).new_monomials += added.num_rows
+            self.widths[rel.name] = (1, 1)
+        entries = returned.filter(pc.greater(returned.column("cl"), 0)).select(["vid", "rel", "vis"])
+        return entries.rename_columns(["id", "rel", "vis"])
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
@@ -552,18 +581,16 @@ class Maintainer:
         self.fresh.add(rel.name)
         counts = self.counts(rel.name)
         counts.new_monomials += n
-        self.x(f"""INSERT INTO {rel.aug('m')} SELECT {stored_monomial_sql(rel, 'n')}, {cols_sql(rel, 'n')}, {self.seq}
+        self.x(f"""INSERT INTO {rel.aug('m')} SELECT n.vid, n.mid, n.ids, {cols_sql(rel, 'n')}, {self.seq}
                    FROM {temp_table(name)} n""")
 
     def _insert_monomials(self, rel: Relation, name: str, source: str, fresh: bool = False) -> None:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING (without
         the anti-join when the caller knows it lacks them all); the rows it returns are registered (as
         Arrow) as the relation's delta for the views over it."""
-        # a narrow relation's mid is its vid
-        match = "m.vid = c.vid" if rel.narrow else "m.vid = c.vid AND m.mid = c.mid"
-        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON {match}"
+        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid"
         added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
-            SELECT {stored_monomial_sql(rel, 'c')}, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
+            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
             RETURNING vid, mid, ids, {cols_sql(rel)}""")
         if added.num_rows == 0:
             return
@@ -632,10 +659,10 @@ class Maintainer:
             alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
                         FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
                               SEMI JOIN {d} d ON d.vid = m.vid) u
-                        LEFT JOIN _crr.cl c ON c.id = u.id GROUP BY u.vid, u.mid"""
+                        LEFT JOIN {self._entries(rel)} c ON c.id = u.id GROUP BY u.vid, u.mid"""
         else:  # one id per monomial: mid is that id
             alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
-                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN _crr.cl c ON c.id = m.mid"""
+                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN {self._entries(rel)} c ON c.id = m.mid"""
         changes = f"""
             SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
         if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
@@ -650,6 +677,13 @@ class Maintainer:
         counts = self.counts(rel.name)
         counts.inserted += ins
         counts.deleted += dele
+
+    def _entries(self, rel: Relation) -> str:
+        """FROM text of the causal-length entries ``in?`` of ``rel``'s tuples may read: ``_crr.cl`` and
+        the replicas of the base relations in its lineage (every replica when that is unknown)."""
+        lineage = self.lineage.get(rel.name)
+        return replica.entries_sql([r for r in self.rels.values()
+                                    if r.replica and (lineage is None or r.name in lineage)])
 
     def _holding_flipped(self, rel: Relation) -> str:
         """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).
@@ -765,7 +799,7 @@ class Maintainer:
             values = ", ".join(f"any_value(n.{c}) AS {c}" for c in cols)
             present = f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
                                                        FROM {self.new_derived[view.name]}) n
-                          LEFT JOIN _crr.cl c ON c.id = n.id
+                          LEFT JOIN {self._entries(view)} c ON c.id = n.id
                           GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
             distinct, non_null = False, frozenset()
         else:
@@ -781,7 +815,7 @@ class Maintainer:
                 cand = self._register(f"_crr_cand_{view.name}", kept.select(["vid", "mid"] + cols))
                 unknown = self._register(f"_crr_unknown_{view.name}", live.unknown_ids)
                 present = f"""SELECT c.* EXCLUDE (mid) FROM {cand} c
-                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN _crr.cl v ON v.id = u.id
+                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {self._entries(view)} v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         match = app_match(view, 'app', 'd', non_null)

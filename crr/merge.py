@@ -34,6 +34,7 @@ from crr.id_sets import id_storage
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
+from crr.replica import ReplicaBatch
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
 
@@ -192,6 +193,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     key_hashes: list[KeyHashSource] = []  # keyed replicated tables' received tuples: key hashes to recompute
     homes = homes_of(catalog)  # co-located source -> its view (crr.colocated)
     colocated_tuples: dict[str, Rows] = {}  # their received tuples
+    replicas = {rel.name for rel in catalog.values() if rel.replica}  # entries with their tuples (crr.replica)
+    replica_tuples: dict[str, Rows] = {}
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -207,6 +210,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
             elif rel.name in homes:
                 colocated_tuples[rel.name] = received
+            elif rel.name in replicas:
+                replica_tuples[rel.name] = received
             else:
                 batch.derived[rel.name] = (received, None)
             continue
@@ -221,7 +226,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if orphans:
             raise ChangesetError(f"malformed changeset: relation {rc.name} has {orphans} monomials without their tuples")
         batch.derived[rel.name] = (Rows(tuples, RowsKind.CHECKED), Rows(monos, RowsKind.CHECKED))
-    by_home: dict[str, ReceivedEntries] = {}  # by home: "" for _crr.cl, else the co-located source's name
+    by_home: dict[str, ReceivedEntries] = {}  # by home: "" for _crr.cl, else the co-located source's or replica's name
     if cs.cl is not None and cs.cl.num_rows and held:
         interest = set(lineage)
         for name in catalog:
@@ -229,9 +234,11 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         # read straight from Arrow by the causal-length statements (checked there)
         view = inputs.register("_crr_in_cl", cs.cl, [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
                                                      ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
-        # a co-located source's entries are merged into its view's table (crr.colocated), the others into _crr.cl
-        wanted = {"": (interest - set(homes), tuple(key_hashes))}
+        # a co-located source's entries are merged into its view's table (crr.colocated), a replica's
+        # into its own (crr.replica), the others into _crr.cl
+        wanted = {"": (interest - set(homes) - replicas, tuple(key_hashes))}
         wanted.update({source: ({source}, ()) for source in homes if source in interest})
+        wanted.update({name: ({name}, ()) for name in replicas if name in interest})
         named = set(cs.cl.column("rel").unique().to_pylist())
         for home, (relations, sources) in wanted.items():
             if named & relations:
@@ -243,6 +250,9 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     for source, co in homes.items():
         if source in colocated_tuples or source in by_home:
             batch.colocated.append(ColocatedBatch(co.name, source, colocated_tuples.get(source), by_home.get(source)))
+    for name in sorted(replicas):
+        if name in replica_tuples or name in by_home:
+            batch.replicas.append(ReplicaBatch(name, replica_tuples.get(name), by_home.get(name)))
     return batch
 
 

@@ -14,10 +14,10 @@ import pyarrow as pa
 
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
-from crr import colocated
+from crr import colocated, replica
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION,
-                         Relation, aug_ddl, drop_ddl, relation_from_row, relation_row, relayout_monomials_ddl)
+                         Relation, aug_ddl, drop_ddl, relation_from_row, relation_row)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -143,10 +143,13 @@ class Site:
         ``close`` store both counters in ``_crr.meta``.
         """
         rels = self._rels.values()
-        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in rels if rel.stored and not rel.colocated]
-        seqs = [f"SELECT max(seq) AS s FROM {t}" for t in tables] + [colocated.max_seq_sql(r) for r in rels if r.colocated]
+        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in rels
+                                if rel.stored and not rel.colocated and not rel.replica]
+        seqs = ([f"SELECT max(seq) AS s FROM {t}" for t in tables] + [colocated.max_seq_sql(r) for r in rels if r.colocated]
+                + [replica.max_seq_sql(r) for r in rels if r.replica])
         seen = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(seqs)})").fetchall()[0][0] or 0
-        stamps = [f"SELECT max(stamp) AS s FROM {SCHEMA}.cl"] + [colocated.max_stamp_sql(r) for r in rels if r.colocated]
+        stamps = ([f"SELECT max(stamp) AS s FROM {SCHEMA}.cl"] + [colocated.max_stamp_sql(r) for r in rels if r.colocated]
+                  + [replica.max_stamp_sql(r) for r in rels if r.replica])
         stamp = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(stamps)})").fetchall()[0][0] or 0
         return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
 
@@ -392,6 +395,9 @@ class Site:
             for source in to_store:
                 for ddl in aug_ddl(source):
                     self._con.execute(ddl)
+                if source.replica:  # the entries _crr.cl kept for it move to its $e (crr.replica)
+                    for stmt in replica.adopt_sql(source):
+                        self._con.execute(stmt)
                 self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
             self._add_relation(rel)
             if spec is not None:
@@ -433,13 +439,15 @@ class Site:
             if rel.colocated:  # its source's entries stay, in _crr.cl, as they would in the standard layout
                 self._uncolocate(self._rels, [rel])
                 rel = self._rels[rel.name]
-            for ddl in drop_ddl(rel):
-                self._con.execute(ddl)
-            self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
             remaining = set()
             for other in self._rels.values():
                 if other.name != rel.name:
                     remaining |= self.lineage(other.name)
+            if rel.replica and rel.name in remaining:  # its entries stay, in _crr.cl, for the relations holding it
+                self._con.execute(replica.keep_entries_sql(rel))
+            for ddl in drop_ddl(rel):
+                self._con.execute(ddl)
+            self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
             for base in self.lineage(rel.name) - remaining:
                 self._con.execute(f"DELETE FROM {SCHEMA}.cl WHERE rel = ?", [base])
             self._save_counters()  # the rows dropped may have held the largest sequence number
@@ -644,9 +652,9 @@ class Site:
                 derived = newly_derived(held)
                 if derived:
                     now = [dataclasses.replace(self._rels[n], derived=True) for n in derived]
-                    for rel in now:  # a narrow $m takes the full layout before monomials arrive
-                        if rel.stored:
-                            for stmt in relayout_monomials_ddl(self._rels[rel.name], rel):
+                    for rel in now:  # a replica takes the standard layout before monomials arrive
+                        if self._rels[rel.name].replica:
+                            for stmt in replica.release_sql(self._rels[rel.name], rel):
                                 self._con.execute(stmt)
                     self._stage(self._rels.with_(*now))
                     self._con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])

@@ -10,21 +10,22 @@ Steps, each from one version to the next:
 * 3 -> 4: the inverted index ``_crr."<r>$i"`` of ids to the tuples holding them is gone (the tuples
   to re-evaluate are found from ``$m``, see :mod:`crr.catalog`); the catalog's ``indexed`` column,
   which said whether a relation kept one, becomes ``wide`` (its monomials may hold several ids),
-  which is what it meant for every relation that had one. The ``$m`` of a narrow relation (a remote
-  table or source not ``derived``) takes the narrow layout, ``mid`` and ``ids`` generated from
-  ``vid``, after a check that every row has them so; a relation failing it is marked derived and
-  keeps the full layout (it costs only a faster path).
+  which is what it meant for every relation that had one. A narrow relation (a remote table or
+  source not ``derived``) whose ``$m`` holds a row that is not its tuple's own one monomial is
+  marked derived (it costs only a faster path).
+* 4 -> 5: a stored narrow relation becomes a replica (:mod:`crr.replica`): its tuples (from ``$m``,
+  in either layout version 4 knew) and its entries (from ``_crr.cl``) move into one ``$e`` table,
+  and ``$m`` becomes a view of it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import duckdb
 
 from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, aug_table, relation_from_row,
-                         relayout_monomials_ddl)
+                         replica_table_ddl, replica_view_ddl)
 from crr.merge import DERIVED_UPDATE_SQL
+from crr.replica import convert_sql
 
 OLDEST_UPGRADABLE = 3
 
@@ -59,6 +60,11 @@ def upgradable(version: int) -> bool:
     return OLDEST_UPGRADABLE <= version < STORAGE_VERSION
 
 
+def _stored_narrow(con: duckdb.DuckDBPyConnection) -> list[Relation]:
+    rels = [relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()]
+    return [rel for rel in rels if rel.narrow and rel.stored]
+
+
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
     """Upgrade the open file from ``version`` to :data:`STORAGE_VERSION` in the caller's transaction."""
     assert upgradable(version), version
@@ -66,13 +72,14 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
         for (relation,) in con.execute(indexed_relations_sql()).fetchall():
             con.execute(drop_index_sql(relation))
         con.execute(rename_indexed_sql())
-        for row in con.execute(CATALOG_ROWS_SQL).fetchall():
-            rel = relation_from_row(row)
-            if not (rel.narrow and rel.stored):
-                continue
+        for rel in _stored_narrow(con):
             if con.execute(not_narrow_rows_sql(rel)).fetchall()[0][0]:
                 con.execute(DERIVED_UPDATE_SQL, [rel.name])
-            else:  # its rows are in the full layout so far: move them to the narrow one
-                for stmt in relayout_monomials_ddl(dataclasses.replace(rel, derived=True), rel):
-                    con.execute(stmt)
+        version = 4
+    if version == 4:
+        for rel in _stored_narrow(con):
+            con.execute(replica_table_ddl(rel))
+            for stmt in convert_sql(rel, rel.aug("m")):
+                con.execute(stmt)
+            con.execute(replica_view_ddl(rel))
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])

@@ -6,6 +6,7 @@ import duckdb
 import pytest
 
 import crr
+from crr.replica import entries_sql
 
 
 def app(site: crr.Site, rel: str) -> list[tuple]:
@@ -24,7 +25,10 @@ def aug(site: crr.Site, rel: str) -> dict:
         tuples = site.execute(f'SELECT DISTINCT vid, {cols} FROM _crr."{rel}$m" ORDER BY vid')
         monos = site.execute(f'SELECT vid, mid, ids FROM _crr."{rel}$m" ORDER BY vid, mid')
     lineage = ", ".join(f"'{x}'" for x in sorted(site.lineage(rel)))
-    cl = site.execute(f"SELECT id, rel, cl, kh, stamp, vis FROM _crr.cl WHERE rel IN ({lineage}) ORDER BY id")
+    # wherever the site keeps them: _crr.cl, or a replica's own table (crr.replica)
+    replicas = [site.relation(x) for x in site.relations() if site.relation(x).replica]
+    cl = site.execute(f"SELECT id, rel, cl, kh, stamp, vis FROM {entries_sql(replicas)} e WHERE rel IN ({lineage}) "
+                      "ORDER BY id")
     return {"tuples": tuples, "monos": monos, "cl": cl}
 
 

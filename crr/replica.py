@@ -1,0 +1,162 @@
+"""A replica: a stored remote table or source that has only received a replicated table's tuples,
+keeping each tuple's causal-length entry in the tuple's own row, ``_crr."<r>$e"``.
+
+Such a relation ``R`` (:attr:`crr.catalog.Relation.replica`: remote, stored, not ``derived``) holds
+each tuple ``t`` as its own one monomial ``[t]``, so the tuple, its monomial and its causal-length
+entry all have the id ``t``. The standard layout keeps the entry in ``_crr.cl`` and the tuple in
+``$m``, so every batch runs a MERGE into the one and an INSERT into the other, each scanning its
+table, and both repeat the id (and ``_crr.cl`` the relation's name). This layout keeps one row per
+id ``R`` has heard of::
+
+    _crr."<r>$e" (id, cl, kh, stamp, vis, seq, c0, c1, ..., tseq)
+
+``cl, kh, stamp, vis, seq`` are the entry as ``_crr.cl`` would hold it (``cl`` 0: no entry yet, the
+values came first) and ``c0, ...`` the tuple's values, ``tseq`` the sequence number that brought
+them (NULL: the entry came first). Readers are unchanged: ``_crr."<r>$m"`` is a view of the rows
+with values, ``(vid, mid, ids, cols..., seq)`` with ``mid`` = ``vid`` = the id and ``ids`` =
+``[id]`` (:func:`crr.catalog.replica_ddl`), and the statements that read every entry read
+:func:`entries_sql`, ``_crr.cl`` and each replica's entries. A batch runs, per replica, one MERGE
+(:func:`merge_sql`) that merges the received entries (the checks and forms of
+:func:`crr.causal.cl_merge_sql`) and adds the received tuples, and returns every row it wrote: the
+entries written (the batch's flips) and the tuples added (the relation's delta for the views over
+it). Deriving from a replica is unchanged: ``d(R) = dR``, one monomial per new tuple.
+
+The first view's monomials that a replica receives (it becomes ``derived``: an id may then sit in
+several tuples) move it to the standard layout first, in the same transaction (:func:`release_sql`);
+a source that starts keeping tuples when a view joins it takes in the entries ``_crr.cl`` held for
+it (:func:`adopt_sql`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from crr.batch_rows import Rows, cols_sql, rows_sql
+from crr.catalog import SCHEMA, Relation, monomials_ddl
+from crr.causal import FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, entry_delta_sql, empty_entries_sql
+from crr.types import quote_str
+
+
+@dataclass(frozen=True)
+class ReplicaBatch:
+    """What one batch brings a replica: its received tuples and entries (either may be absent)."""
+
+    relation: str
+    tuples: Rows | None  # received tuples (RowsKind.RECEIVED)
+    entries: ReceivedEntries | None  # received entries (``relations`` is just the replica)
+
+
+def home(rel: Relation) -> EntryHome:
+    """Where a replica's entries are stored: its ``$e`` table."""
+    return EntryHome(rel.aug("e"), rel.name)
+
+
+def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
+    """One MERGE writing a batch's entries and tuples into the replica's ``$e``; it returns every row it
+    wrote as ``(vid, mid, ids, rel, vis, cl, seq, tseq, c0, ...)``: the relation's new monomials are
+    the rows with ``tseq`` = ``seq``, and every row with an entry is a candidate flip (a superset).
+
+    Entries are merged as :func:`crr.causal.cl_merge_sql` merges them into ``_crr.cl`` (same checks,
+    same forms; ``single_versions`` as there); a row's values are set once, when its tuple arrives.
+    ``seq`` marks the entries that grew and ``tseq`` the tuples added. A row written for its tuple
+    alone keeps its entry's visibility (a keyed version's ``vis`` is not its parity)."""
+    e = rel.aug("e")
+    cols = [c.name for c in rel.aug_columns]
+    if batch.entries is not None:
+        entries = f"({entry_delta_sql(batch.entries, home(rel), single_versions)})"
+    else:
+        entries = f"({empty_entries_sql()})"
+    if batch.tuples is not None:
+        tuples = f"(SELECT vid AS id, {cols_sql(rel)} FROM {rows_sql(rel, batch.tuples)})"
+    else:
+        tuples = "(SELECT NULL::UHUGEINT AS id, " + ", ".join(f"NULL::{c.type} AS {c.name}"
+                                                             for c in rel.aug_columns) + " WHERE false)"
+    cl = "greatest(c.cl, d.cl)"
+    grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"
+    new_tuple = "(c.tseq IS NULL AND d.has_tuple)"
+    return f"""MERGE INTO {e} AS c USING (
+            SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
+                   x.id IS NOT NULL AS has_tuple, {', '.join(f'x.{c}' for c in cols)}
+            FROM {entries} e FULL JOIN {tuples} x ON x.id = e.id) AS d ON c.id = d.id
+        WHEN MATCHED AND {FORGED_IN_HOME} THEN UPDATE SET seq = CASE WHEN {FORGED_IN_HOME} THEN {FORGED_ENTRIES} ELSE c.seq END
+        WHEN MATCHED AND ({grows} OR {new_tuple}) THEN UPDATE SET
+            cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
+            vis = CASE WHEN d.cl IS NULL THEN c.vis ELSE coalesce(d.vis, {cl} % 2 = 1) END,
+            seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END,
+            {', '.join(f'{c} = CASE WHEN {new_tuple} THEN d.{c} ELSE c.{c} END' for c in cols)},
+            tseq = CASE WHEN {new_tuple} THEN {int(seq)} ELSE c.tseq END
+        WHEN NOT MATCHED THEN INSERT (id, cl, kh, stamp, vis, seq, {', '.join(cols)}, tseq)
+            VALUES (d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
+                    coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
+                    {', '.join(f'd.{c}' for c in cols)}, CASE WHEN d.has_tuple THEN {int(seq)} END)
+        RETURNING id AS vid, id AS mid, [id] AS ids, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq, {', '.join(cols)}"""
+
+
+def entries_sql(replicas: list[Relation]) -> str:
+    """FROM text of every causal-length entry ``(id, rel, cl, kh, stamp, vis, seq)`` of ``_crr.cl`` and
+    of the given replicas (rows with an entry only)."""
+    if not replicas:
+        return f"{SCHEMA}.cl"
+    parts = [f"SELECT id, rel, cl, kh, stamp, vis, seq FROM {SCHEMA}.cl"]
+    parts += [f"SELECT id, {quote_str(r.name)} AS rel, cl, kh, stamp, vis, seq FROM {r.aug('e')} WHERE cl > 0"
+              for r in sorted(replicas, key=lambda r: r.name)]
+    return "(" + " UNION ALL ".join(parts) + ")"
+
+
+def changed_entries_sql(rel: Relation, since: int) -> str:
+    """The replica's causal-length entries ``(id, rel, cl, kh, stamp)`` changed after ``since``."""
+    return (f"SELECT id, {quote_str(rel.name)} AS rel, cl, kh, stamp FROM {rel.aug('e')} "
+            f"WHERE cl > 0 AND seq > {int(since)}")
+
+
+def max_seq_sql(rel: Relation) -> str:
+    """The largest sequence number the replica's table holds (an entry's or a tuple's), as ``s``."""
+    return f"SELECT greatest(max(seq), max(tseq)) AS s FROM {rel.aug('e')}"
+
+
+def max_stamp_sql(rel: Relation) -> str:
+    """The largest stamp of the replica's entries, as ``s``."""
+    return f"SELECT max(stamp) AS s FROM {rel.aug('e')}"
+
+
+def adopt_sql(rel: Relation) -> list[str]:
+    """Move the entries ``_crr.cl`` holds for a relation that becomes a replica (a source a view now
+    joins, whose ``$e`` was just created empty) into its ``$e``."""
+    name = quote_str(rel.name)
+    return [f"""INSERT INTO {rel.aug('e')} (id, cl, kh, stamp, vis, seq)
+                SELECT id, cl, kh, stamp, vis, seq FROM {SCHEMA}.cl WHERE rel = {name}""",
+            f"DELETE FROM {SCHEMA}.cl WHERE rel = {name}"]
+
+
+def convert_sql(rel: Relation, monomials: str) -> list[str]:
+    """Move a relation's tuples from a ``$m`` table (``monomials``: a table of storage version 4 or
+    earlier, each row the tuple's own one monomial) and its entries from ``_crr.cl`` into its new,
+    empty ``$e`` (a storage-version-4 file being upgraded), then drop that table."""
+    name = quote_str(rel.name)
+    cols = ", ".join(f"t.{c.name}" for c in rel.aug_columns)
+    return [f"""INSERT INTO {rel.aug('e')}
+                SELECT coalesce(c.id, t.vid), coalesce(c.cl, 0), c.kh, coalesce(c.stamp, 0::UHUGEINT),
+                       coalesce(c.vis, false), coalesce(c.seq, 0), {cols}, t.seq
+                FROM (SELECT * FROM {SCHEMA}.cl WHERE rel = {name}) c FULL JOIN {monomials} t ON t.vid = c.id""",
+            f"DELETE FROM {SCHEMA}.cl WHERE rel = {name}",
+            f"DROP TABLE {monomials}"]
+
+
+def keep_entries_sql(rel: Relation) -> str:
+    """Copy a replica's entries into ``_crr.cl`` (before its ``$e`` goes: the replica is released,
+    or dropped while other relations hold tuples of its lineage)."""
+    return f"""INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq)
+               SELECT id, {quote_str(rel.name)}, cl, kh, stamp, vis, seq FROM {rel.aug('e')} WHERE cl > 0"""
+
+
+def release_sql(rel: Relation, full: Relation) -> list[str]:
+    """Move a replica to the standard layout (``full``: the relation as it is now, ``derived``): its
+    entries into ``_crr.cl``, its tuples into a ``$m`` table of one monomial each, and drop ``$e``."""
+    assert rel.replica and not full.replica and rel.name == full.name
+    e = rel.aug("e")
+    return [keep_entries_sql(rel),
+            f"DROP VIEW {rel.aug('m')}",
+            monomials_ddl(full),
+            f"INSERT INTO {full.aug('m')} SELECT id, id, [id], {cols_sql(rel)}, tseq FROM {e} WHERE tseq IS NOT NULL",
+            f"DROP TABLE {e}"]
+

@@ -1,0 +1,138 @@
+"""Replicas (crr/replica.py): a stored remote table or source that has only received a replicated
+table's tuples keeps each tuple's causal-length entry in the tuple's row, ``_crr."<r>$e"``, and its
+``$m`` is a view of that table.
+
+Each test says which bug would make it fail. The convergence properties (tests/test_convergence.py)
+run replicas at every view site that declares remote tables or joins remote sources.
+"""
+
+from __future__ import annotations
+
+import crr
+from tests.conftest import app, sync
+
+
+def layout(site: crr.Site, name: str) -> dict[str, str]:
+    return dict(site.execute("SELECT table_name, table_type FROM information_schema.tables "
+                             "WHERE table_schema = '_crr' AND table_name IN (?, ?, ?)",
+                             [name + "$m", name + "$e", name + "$w"]))
+
+
+def base_site(keyed: bool = True) -> crr.Site:
+    b = crr.Site(site_id="base")
+    b.execute(f"CREATE REPLICATED TABLE r (k INTEGER{' PRIMARY KEY' if keyed else ''}, v VARCHAR)")
+    b.execute("CREATE MATERIALIZED VIEW big AS SELECT k, v FROM r WHERE k > 1")
+    return b
+
+
+def remote_site(site_id: str = "s") -> crr.Site:
+    s = crr.Site(site_id=site_id)
+    s.execute("CREATE REMOTE TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    s.execute("CREATE REMOTE TABLE big (k INTEGER, v VARCHAR)")
+    s.execute("CREATE REMOTE SOURCE src (k INTEGER, v VARCHAR)")
+    s.execute("CREATE MATERIALIZED VIEW j AS SELECT r.k, src.v FROM r JOIN src ON r.k = src.k")
+    return s
+
+
+def test_which_relations_are_replicas():
+    """Fails if a remote table, or a source a join keeps, did not take the layout, or a view, a source
+    that keeps nothing or a remote table that received a view's monomials did."""
+    s = remote_site()
+    s.execute("CREATE REMOTE SOURCE loose (k INTEGER)")
+    s.execute("CREATE MATERIALIZED VIEW lv AS SELECT k FROM loose WHERE k > 0")
+    for name in ("r", "big", "src"):
+        assert layout(s, name) == {f"{name}$m": "VIEW", f"{name}$e": "BASE TABLE"}, name
+    assert layout(s, "j") == {"j$m": "BASE TABLE"}
+    assert layout(s, "loose") == {}  # keeps nothing (its view is co-located)
+    b = base_site()
+    b.execute("INSERT INTO r VALUES (1, 'a'), (2, 'b')")
+    sync(b, s, "big")  # big receives a view's monomials: it leaves the layout, rows and entries kept
+    assert layout(s, "big") == {"big$m": "BASE TABLE"} and s.relation("big").derived
+    assert app(s, "big") == [(2, "b")]
+    # r's entries came with big's changes: into r's own table, without values
+    assert s.execute('SELECT count(*) FROM _crr."r$e" WHERE tseq IS NULL') == [(2,)]
+    assert s.execute("SELECT count(*) FROM _crr.cl") == [(0,)]
+
+
+def test_entries_before_tuples_then_tuples_then_deletes_match_the_base():
+    """Entries of r arrive first (with the changes of a view over r, which a remote copy of the view
+    takes), then r's tuples, then deletes whose entries again come alone. Fails if an entry-only row
+    showed in r's APP table or its ``$m`` (no values yet), if tuples arriving for known entries did not
+    enter the APP table, or if a later entry did not remove them."""
+    b = base_site()
+    s = remote_site()
+    b.execute("INSERT INTO r VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    sync(b, s, "big")  # big is derived now; r's entries are kept in r's $e, with no values
+    assert app(s, "r") == [] and s.execute('SELECT count(*) FROM _crr."r$m"') == [(0,)]
+    assert s.execute('SELECT count(*) FROM _crr."r$e" WHERE cl = 1 AND tseq IS NULL') == [(3,)]
+    cursor = sync(b, s, "r")
+    assert app(s, "r") == [(1, "a"), (2, "b"), (3, "c")]
+    b.execute("DELETE FROM r WHERE k = 2")
+    sync(b, s, "big", since=cursor)  # the delete's entry, without r's tuples
+    assert app(s, "r") == [(1, "a"), (3, "c")] and app(s, "big") == [(3, "c")]
+    # another site receiving the same changes in the other order ends equal, entries included
+    t = remote_site("t")
+    sync(b, t, "r")
+    sync(b, t, "big")
+    for rel in ("r", "big"):
+        assert app(t, rel) == app(s, rel)
+    assert sorted(map(str, s.changes(relations=["r"]).cl.to_pylist())) == sorted(
+        map(str, t.changes(relations=["r"]).cl.to_pylist()))
+
+
+def test_a_superseded_version_whose_tuple_arrives_after_its_entry_stays_invisible():
+    """Two sites insert the same key concurrently: both versions have odd causal lengths and only the
+    newer stamp is visible. Their entries arrive first, then the tuples. Fails if the MERGE that adds
+    a tuple to a row with an entry recomputed visibility as parity (then the old version shows)."""
+    b = base_site()
+    other = base_site()
+    s = remote_site()
+    b.execute("INSERT INTO r VALUES (5, 'old')")
+    other.execute("INSERT INTO r VALUES (5, 'new')")  # a later stamp
+    sync(other, b, "r")
+    assert app(b, "r") == [(5, "new")]
+    sync(b, s, "big")
+    assert s.execute('SELECT cl, vis FROM _crr."r$e" ORDER BY stamp') == [(1, False), (1, True)]
+    sync(b, s, "r")
+    assert s.execute('SELECT cl, vis FROM _crr."r$e" ORDER BY stamp') == [(1, False), (1, True)]
+    assert app(s, "r") == [(5, "new")] and app(s, "big") == [(5, "new")]
+
+
+def test_a_join_over_replicas_follows_inserts_and_deletes_on_either_side():
+    """The join view reads the replicas' ``$m`` views and their entries in ``$e``. Fails if the view
+    missed a delete of either input (flips found through the wrong entries) or kept a tuple whose
+    source row was deleted and re-inserted with other values."""
+    b = base_site()
+    src = crr.Site(site_id="src-base")
+    src.execute("CREATE REPLICATED TABLE src (k INTEGER, v VARCHAR)")
+    s = remote_site()
+    b.execute("INSERT INTO r VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    src.execute("INSERT INTO src VALUES (1, 'x'), (2, 'y'), (3, 'z'), (3, 'zz')")
+    c1, c2 = sync(b, s, "r"), sync(src, s)
+    assert app(s, "j") == [(1, "x"), (2, "y"), (3, "z"), (3, "zz")]
+    b.execute("DELETE FROM r WHERE k = 1")
+    src.execute("DELETE FROM src WHERE v = 'zz'")
+    src.execute("INSERT INTO src VALUES (2, 'y2')")
+    c1, c2 = sync(b, s, "r", since=c1), sync(src, s, since=c2)
+    assert app(s, "j") == [(2, "y"), (2, "y2"), (3, "z")]
+    b.execute("INSERT INTO r VALUES (1, 'again')")
+    sync(b, s, "r", since=c1)
+    assert app(s, "j") == [(1, "x"), (2, "y"), (2, "y2"), (3, "z")]
+
+
+def test_dropping_a_replica_keeps_the_entries_other_relations_hold_tuples_of():
+    """``big`` (derived, its monomials hold r's ids) needs r's entries after r is dropped. Fails if
+    the drop took r's entries with its ``$e`` (then big's rows lose their visibility: a later
+    delete of r's row, arriving with big's changes, would find no entry to grow)."""
+    b = base_site()
+    s = remote_site()
+    s.execute("DROP VIEW j")
+    b.execute("INSERT INTO r VALUES (2, 'b'), (3, 'c')")
+    sync(b, s, "r")
+    cursor = sync(b, s, "big")
+    s.execute("DROP TABLE r")
+    assert s.execute("SELECT count(*) FROM _crr.cl WHERE rel = 'r'") == [(2,)]
+    assert app(s, "big") == [(2, "b"), (3, "c")]
+    b.execute("DELETE FROM r WHERE k = 2")
+    sync(b, s, "big", since=cursor)
+    assert app(s, "big") == [(3, "c")]
