@@ -74,17 +74,19 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
     cl = "greatest(c.cl, d.cl)"
     grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"
     new_tuple = "(c.tseq IS NULL AND d.has_tuple)"
+    # the entry as it is after the batch (unchanged when the batch has none for the row); the tuple's
+    # columns are set in their own branch, so the MERGE never reads the stored values
+    entry = f"""cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
+            vis = CASE WHEN d.cl IS NULL THEN c.vis ELSE coalesce(d.vis, {cl} % 2 = 1) END,
+            seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END"""
     return f"""MERGE INTO {e} AS c USING (
             SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
                    x.id IS NOT NULL AS has_tuple, {', '.join(f'x.{c}' for c in cols)}
             FROM {entries} e FULL JOIN {tuples} x ON x.id = e.id) AS d ON c.id = d.id
         WHEN MATCHED AND {FORGED_IN_HOME} THEN UPDATE SET seq = CASE WHEN {FORGED_IN_HOME} THEN {FORGED_ENTRIES} ELSE c.seq END
-        WHEN MATCHED AND ({grows} OR {new_tuple}) THEN UPDATE SET
-            cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
-            vis = CASE WHEN d.cl IS NULL THEN c.vis ELSE coalesce(d.vis, {cl} % 2 = 1) END,
-            seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END,
-            {', '.join(f'{c} = CASE WHEN {new_tuple} THEN d.{c} ELSE c.{c} END' for c in cols)},
-            tseq = CASE WHEN {new_tuple} THEN {int(seq)} ELSE c.tseq END
+        WHEN MATCHED AND {new_tuple} THEN UPDATE SET {entry},
+            {', '.join(f'{c} = d.{c}' for c in cols)}, tseq = {int(seq)}
+        WHEN MATCHED AND {grows} THEN UPDATE SET {entry}
         WHEN NOT MATCHED THEN INSERT (id, cl, kh, stamp, vis, seq, {', '.join(cols)}, tseq)
             VALUES (d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
                     coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
@@ -100,6 +102,17 @@ def entries_sql(replicas: list[Relation]) -> str:
     parts = [f"SELECT id, rel, cl, kh, stamp, vis, seq FROM {SCHEMA}.cl"]
     parts += [f"SELECT id, {quote_str(r.name)} AS rel, cl, kh, stamp, vis, seq FROM {r.aug('e')} WHERE cl > 0"
               for r in sorted(replicas, key=lambda r: r.name)]
+    return "(" + " UNION ALL ".join(parts) + ")"
+
+
+def visibility_sql(replicas: list[Relation]) -> str:
+    """FROM text of ``(id, vis)`` of every id ``_crr.cl`` or one of the given replicas has a row for:
+    what ``in?`` reads. A replica's row without an entry yet (``cl`` 0) is invisible, as an id
+    without an entry is, so its rows are read unfiltered."""
+    if not replicas:
+        return f"{SCHEMA}.cl"
+    parts = [f"SELECT id, vis FROM {SCHEMA}.cl"] + [f"SELECT id, vis FROM {r.aug('e')}"
+                                                    for r in sorted(replicas, key=lambda r: r.name)]
     return "(" + " UNION ALL ".join(parts) + ")"
 
 
