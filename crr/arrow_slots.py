@@ -49,6 +49,10 @@ class ArrowSlots:
             slot.table = table
         return name
 
+    def table(self, name: str) -> pa.Table:
+        """The table a slot holds (KeyError for a name never put)."""
+        return self._slots[name].table
+
     def release(self, name: str) -> None:
         """Let go of the table in a slot (its rows are freed; the name stays registered, empty)."""
         slot = self._slots.get(name)

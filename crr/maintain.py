@@ -210,7 +210,7 @@ class Maintainer:
         # every causal-length entry the batch wrote, as Arrow (id, rel, vis): a superset of the flips
         # (the causal-length MERGE's RETURNING, or a point write's own list); None when not at hand
         self.written_arrow: pa.Table | None = None
-        self.added_arrow: dict[str, pa.Table] = {}  # replicated table -> a merge's added tuples as Arrow
+        self.added_arrow: dict[str, pa.Table] = {}  # replicated table or replica -> the ids (id) of a merge's added tuples
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
         self._written_by: dict[str, pa.Table] = {}  # base relation -> its rows of written_arrow (memo)
         self._all_new: dict[str, bool] = {}  # relation -> _written_all_new_to_replica (memo)
@@ -352,16 +352,23 @@ class Maintainer:
         returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
         grew = pc.and_(pc.equal(returned.column("seq"), self.seq), pc.greater(returned.column("cl"), 0))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
-        added = returned.filter(pc.equal(returned.column("tseq"), self.seq))
+        added = returned.filter(pc.equal(returned.column("tseq"), self.seq)).select(["id"])
         if added.num_rows:
-            added = added.select(["vid", "mid", "ids"] + [c.name for c in rel.aug_columns])
-            self.new_derived[rel.name] = self._register(f"_crr_new_{rel.name}", added)
-            self.new_arrow[rel.name] = added
+            assert part.tuples is not None  # only received tuples are added
+            # their values are the received ones: all of them, or those whose ids the MERGE returned
+            received = self.slots.table(part.tuples.table)
+            rows = part.tuples
+            if added.num_rows < received.num_rows:
+                kept = pc.is_valid(index_in(received.column(rows.id_column), added.column("id")))
+                rows = Rows(self._register(f"_crr_added_{rel.name}", received.filter(kept)), rows.kind,
+                            rows.id_column)
+            self.new_derived[rel.name] = replica.added_tuples_sql(rel, rows)
+            self.added_arrow[rel.name] = added
+            self.new_arrow.pop(rel.name, None)
             self.fresh.add(rel.name)
             self.counts(rel.name).new_monomials += added.num_rows
             self.widths[rel.name] = (1, 1)
-        entries = returned.filter(pc.greater(returned.column("cl"), 0)).select(["vid", "rel", "vis"])
-        return entries.rename_columns(["id", "rel", "vis"])
+        return returned.filter(pc.greater(returned.column("cl"), 0)).select(["id", "rel", "vis"])
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,

@@ -53,8 +53,11 @@ def home(rel: Relation) -> EntryHome:
 
 def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
     """One MERGE writing a batch's entries and tuples into the replica's ``$e``; it returns every row it
-    wrote as ``(vid, mid, ids, rel, vis, cl, seq, tseq, c0, ...)``: the relation's new monomials are
-    the rows with ``tseq`` = ``seq``, and every row with an entry is a candidate flip (a superset).
+    wrote as ``(id, rel, vis, cl, seq, tseq)``: the tuples it added are the rows with ``tseq`` =
+    ``seq`` (their values are the received ones: :func:`added_tuples_sql`), and every row with an entry is a candidate flip
+    (a superset). It never reads the stored values: DuckDB would read them for every row it scans,
+    not only for the rows the join keeps (measured on a delete batch at 100k rows: a 9.6 ms scan
+    against 1.9 ms for the entries' columns alone).
 
     Entries are merged as :func:`crr.causal.cl_merge_sql` merges them into ``_crr.cl`` (same checks,
     same forms; ``single_versions`` as there); a row's values are set once, when its tuple arrives.
@@ -91,7 +94,15 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
             VALUES (d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
                     coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
                     {', '.join(f'd.{c}' for c in cols)}, CASE WHEN d.has_tuple THEN {int(seq)} END)
-        RETURNING id AS vid, id AS mid, [id] AS ids, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq, {', '.join(cols)}"""
+        RETURNING id, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq"""
+
+
+def added_tuples_sql(rel: Relation, added: Rows) -> str:
+    """FROM text of the replica's new monomials ``(vid, mid, ids, cols...)``, from the received tuples
+    that :func:`merge_sql` added (``added``: those rows of the received table, checked by the MERGE
+    in the same transaction, so read as they are)."""
+    i = added.id_column
+    return f"(SELECT {i} AS vid, {i} AS mid, [{i}] AS ids, {cols_sql(rel)} FROM {added.table})"
 
 
 def entries_sql(replicas: list[Relation]) -> str:
