@@ -62,6 +62,9 @@ class ReceivedEntries:
     some_unkeyed: bool  # whether some entry carries none
     one_per_key: bool  # whether no two entries share a key hash
     relation: str | None  # the one relation of every entry, when they have one
+    # tables (each with an ``id`` column) of the ids this site keeps outside the entries' home, all of
+    # other relations' tuples: a received id found there is forged (see :func:`checked_entries_sql`)
+    elsewhere: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,10 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
     """FROM text of the received entries this site takes, checked as they are read (``error()``
     aborts the merge; each message names the relation): an id, a relation and a length from 1 to
     :data:`MAX_CAUSAL_LENGTH`, a stamp no later than ``max_stamp``, and a key hash exactly for the
-    keyed relations, equal to the one recomputed from the received values where there are some."""
+    keyed relations, equal to the one recomputed from the received values where there are some, and an
+    id that is not another relation's: an id's relation never changes, and an id the site keeps in
+    another home than the entries' (``elsewhere``: ``_crr.cl`` and replicas' tables, see
+    :mod:`crr.replica`) is another relation's, which the MERGE into this home cannot see."""
     rels = ", ".join(quote_str(r) for r in sorted(entries.relations)) or "NULL"
     joined = f"(SELECT * FROM {entries.table} WHERE rel IN ({rels}))"
     kh = "e.kh"
@@ -105,9 +111,16 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
               "changeset is corrupt or forged') ELSE e.kh END")
     keyed_sql = ", ".join(quote_str(r) for r in sorted(entries.keyed)) or "NULL"
     unkeyed_sql = ", ".join(quote_str(r) for r in sorted(entries.unkeyed)) or "NULL"
+    foreign = ""
+    if entries.elsewhere:
+        ids = " UNION ALL ".join(f"SELECT id FROM {t}" for t in entries.elsewhere)
+        foreign = f"""WHEN id IN ({ids}) THEN
+                error('crr: an entry of ' || rel || ' has the id of another relation''s tuple; the changeset is '
+                      || 'corrupt or forged')"""
     return f"""(SELECT id, rel, CASE
             WHEN id IS NULL OR rel IS NULL OR cl IS NULL OR cl < 1 THEN
                 error('crr: causal-length entries need an id, a relation and a length >= 1')
+            {foreign}
             WHEN cl > {MAX_CAUSAL_LENGTH} THEN
                 error('crr: a causal length of ' || rel || ' exceeds {MAX_CAUSAL_LENGTH}; the changeset is forged')
             WHEN stamp > {int(entries.max_stamp)}::UHUGEINT THEN

@@ -666,10 +666,10 @@ class Maintainer:
             alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
                         FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
                               SEMI JOIN {d} d ON d.vid = m.vid) u
-                        LEFT JOIN {self._entries(rel)} c ON c.id = u.id GROUP BY u.vid, u.mid"""
+                        LEFT JOIN {self._visibility(rel)} c ON c.id = u.id GROUP BY u.vid, u.mid"""
         else:  # one id per monomial: mid is that id
             alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
-                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN {self._entries(rel)} c ON c.id = m.mid"""
+                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN {self._visibility(rel)} c ON c.id = m.mid"""
         changes = f"""
             SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
         if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
@@ -685,7 +685,7 @@ class Maintainer:
         counts.inserted += ins
         counts.deleted += dele
 
-    def _entries(self, rel: Relation) -> str:
+    def _visibility(self, rel: Relation) -> str:
         """FROM text of the visibility ``(id, vis)`` ``in?`` of ``rel``'s tuples may read: ``_crr.cl``'s
         and that of the replicas of the base relations in its lineage (every replica when that is
         unknown)."""
@@ -807,7 +807,7 @@ class Maintainer:
             values = ", ".join(f"any_value(n.{c}) AS {c}" for c in cols)
             present = f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
                                                        FROM {self.new_derived[view.name]}) n
-                          LEFT JOIN {self._entries(view)} c ON c.id = n.id
+                          LEFT JOIN {self._visibility(view)} c ON c.id = n.id
                           GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
             distinct, non_null = False, frozenset()
         else:
@@ -823,7 +823,7 @@ class Maintainer:
                 cand = self._register(f"_crr_cand_{view.name}", kept.select(["vid", "mid"] + cols))
                 unknown = self._register(f"_crr_unknown_{view.name}", live.unknown_ids)
                 present = f"""SELECT c.* EXCLUDE (mid) FROM {cand} c
-                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {self._entries(view)} v ON v.id = u.id
+                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {self._visibility(view)} v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         match = app_match(view, 'app', 'd', non_null)

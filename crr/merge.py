@@ -34,6 +34,7 @@ from crr.id_sets import id_storage
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
+from crr import replica
 from crr.replica import ReplicaBatch
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
@@ -243,7 +244,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         for home, (relations, sources) in wanted.items():
             if named & relations:
                 entries = _received(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
-                                    frozenset(relations), sources, max_clock_skew)
+                                    frozenset(relations), sources, max_clock_skew,
+                                    replica.elsewhere(catalog, home or None) if not home or home in replicas else ())
                 if entries is not None:
                     by_home[home] = entries
     batch.received = by_home.pop("", None)
@@ -262,7 +264,8 @@ def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
 
 
 def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
-              key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float) -> ReceivedEntries | None:
+              key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float,
+              elsewhere: tuple[str, ...]) -> ReceivedEntries | None:
     """The :class:`~crr.causal.ReceivedEntries` of the entries ``cl`` (read from ``table``) this site
     takes for ``relations``; None when there are none. ``cl`` decides the MERGE's form (which entries
     are keyed, whether two share a key)."""
@@ -277,4 +280,4 @@ def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[s
         key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
-        relation=names[0] if len(names) == 1 else None)
+        relation=names[0] if len(names) == 1 else None, elsewhere=elsewhere)

@@ -353,6 +353,9 @@ class Site:
                            not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                            stored=stmt.kind is not RelationKind.SOURCE)
             self._add_relation(rel)
+            if rel.replica:  # entries _crr.cl kept for a dropped relation of this name (crr.replica)
+                for stmt_sql in replica.adopt_sql(rel):
+                    self._con.execute(stmt_sql)
             self._stage(self._rels.with_(rel))
         return []
 

@@ -8,6 +8,8 @@ run replicas at every view site that declares remote tables or joins remote sour
 
 from __future__ import annotations
 
+import pytest
+
 import crr
 from tests.conftest import app, sync
 
@@ -155,3 +157,37 @@ def test_a_changeset_repeating_known_tuples_with_new_ones_derives_from_the_new_o
     assert result["r"]["new_monomials"] == 1 and result["j"]["new_monomials"] == 1
     assert app(s, "j") == [(1, "x"), (2, "y"), (3, "z")]
     assert not s.merge(b.changes(relations=["r"]).to_bytes()).changed  # nothing new
+
+
+def test_an_entry_relabelled_with_another_replicas_id_is_refused():
+    """Replicas keep their entries apart, so the MERGE into one cannot see an id stored in another;
+    an id's relation never changes, so an entry of ``u`` carrying a tuple id of ``t`` is forged.
+    Fails if it were taken into u's table: the id would then have two entries, and the invisible
+    forged one would hide t's tuple from every view joining t (and an entry of a relation in
+    ``_crr.cl`` carrying a replica's id likewise)."""
+    from tests.test_crafted import edit, state
+
+    a = crr.Site(site_id="a")
+    s = crr.Site(site_id="s")
+    for site, kind in ((a, "REPLICATED"), (s, "REMOTE")):
+        site.execute(f"CREATE {kind} TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+        site.execute(f"CREATE {kind} TABLE u (k INT PRIMARY KEY, v VARCHAR)")
+    a.execute("CREATE REPLICATED TABLE w (k INT PRIMARY KEY, v VARCHAR)")
+    s.execute("CREATE REPLICATED TABLE w (k INT PRIMARY KEY, v VARCHAR)")  # its entries live in _crr.cl
+    s.execute("CREATE MATERIALIZED VIEW tu AS SELECT t.k, u.v FROM t JOIN u ON t.k = u.k")
+    a.execute("INSERT INTO t VALUES (1, 'x')")
+    a.execute("INSERT INTO u VALUES (1, 'y'), (9, 'z')")
+    a.execute("INSERT INTO w VALUES (5, 'w')")
+    s.merge(a.changes().to_bytes())
+    assert app(s, "tu") == [(1, "y")]
+    for relabel in ("u", "w"):
+        cs = a.changes(relations=["t", relabel])
+        for rc in cs.relations:
+            rc.tuples = rc.tuples.slice(0, 0)  # entries alone
+        cs.cl = edit(cs.cl, f"SELECT id, '{relabel}' AS rel, cl + 1 AS cl, "
+                            f"(SELECT kh FROM x WHERE rel = '{relabel}' LIMIT 1) AS kh, stamp FROM x WHERE rel = 't'")
+        before = state(s)
+        with pytest.raises(crr.ChangesetError, match="id of another relation's tuple"):
+            s.merge(cs.to_bytes())
+        assert state(s) == before and app(s, "tu") == [(1, "y")]
+    s.merge(a.changes().to_bytes())  # the honest changeset still merges
