@@ -14,8 +14,8 @@ lineage). Arrow sizes are uncompressed and layout-independent, so the two sides 
   - ``app``: the view's APP table ``main.<view>`` (the user's columns only);
   - ``input``: every internal table of a relation in the view's lineage, ``_crr."<r>$<x>"`` (the
     hidden tuples of remote sources a join keeps, ``$t`` tuples of replicated tables);
-  - in every crr table only the stored columns count: a generated (virtual) column is computed
-    when read (a narrow ``$m``'s ``mid`` and ``ids``, see crr.catalog);
+  - only tables count, and in them only the stored columns: a view (a replica's ``$m``, a view of
+    its ``$e``, see crr.replica) or a generated (virtual) column is computed when read;
   - ``lineage``: the causal-length entries ``_crr.cl`` of the relations in the view's lineage
     (``in?`` needs them), and any other internal table with a ``rel`` column, by the same filter;
     an internal table without one (other than the catalog, meta and cursor bookkeeping) is counted
