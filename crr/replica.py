@@ -14,12 +14,19 @@ id ``R`` has heard of::
 values came first) and ``c0, ...`` the tuple's values, ``tseq`` the sequence number that brought
 them (NULL: the entry came first). Readers are unchanged: ``_crr."<r>$m"`` is a view of the rows
 with values, ``(vid, mid, ids, cols..., seq)`` with ``mid`` = ``vid`` = the id and ``ids`` =
-``[id]`` (:func:`crr.catalog.replica_ddl`), and the statements that read every entry read
-:func:`entries_sql`, ``_crr.cl`` and each replica's entries. A batch runs, per replica, one MERGE
-(:func:`merge_sql`) that merges the received entries (the checks and forms of
-:func:`crr.causal.cl_merge_sql`) and adds the received tuples, and returns every row it wrote: the
-entries written (the batch's flips) and the tuples added (the relation's delta for the views over
-it). Deriving from a replica is unchanged: ``d(R) = dR``, one monomial per new tuple.
+``[id]`` (:func:`crr.catalog.replica_ddl`); ``in?`` reads the visibility of ``_crr.cl`` and of the
+replicas (:func:`visibility_sql`), ``changes()`` a replica's entries from its table
+(:func:`changed_entries_sql`). A batch runs, per replica, one MERGE (:func:`merge_sql`) that merges
+the received entries (the checks and forms of :func:`crr.causal.cl_merge_sql`) and adds the
+received tuples, and returns every row it wrote: the entries written (the batch's flips) and the
+ids of the tuples added, whose received rows are the relation's delta for the views over it
+(:func:`added_tuples_sql`). Deriving from a replica is unchanged: ``d(R) = dR``, one monomial per
+new tuple.
+
+An id's relation never changes; ``_crr.cl``'s MERGE refuses an entry that disagrees with the stored
+one, but a MERGE into one home cannot see another's ids, so received entries are also checked
+against the ids kept in the other homes (:func:`elsewhere`, read by
+:func:`crr.causal.checked_entries_sql`). A replica's entries live in its ``$e`` alone.
 
 The first view's monomials that a replica receives (it becomes ``derived``: an id may then sit in
 several tuples) move it to the standard layout first, in the same transaction (:func:`release_sql`);
