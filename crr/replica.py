@@ -121,17 +121,6 @@ def elsewhere(catalog: Catalog, home: str | None) -> tuple[str, ...]:
     return others if home is None else (f"{SCHEMA}.cl",) + others
 
 
-def entries_sql(replicas: list[Relation]) -> str:
-    """FROM text of every causal-length entry ``(id, rel, cl, kh, stamp, vis, seq)`` of ``_crr.cl`` and
-    of the given replicas (rows with an entry only)."""
-    if not replicas:
-        return f"{SCHEMA}.cl"
-    parts = [f"SELECT id, rel, cl, kh, stamp, vis, seq FROM {SCHEMA}.cl"]
-    parts += [f"SELECT id, {quote_str(r.name)} AS rel, cl, kh, stamp, vis, seq FROM {r.aug('e')} WHERE cl > 0"
-              for r in sorted(replicas, key=lambda r: r.name)]
-    return "(" + " UNION ALL ".join(parts) + ")"
-
-
 def visibility_sql(replicas: list[Relation]) -> str:
     """FROM text of ``(id, vis)`` of every id ``_crr.cl`` or one of the given replicas has a row for:
     what ``in?`` reads. A replica's row without an entry yet (``cl`` 0) is invisible, as an id

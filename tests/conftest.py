@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 import crr
-from crr.replica import entries_sql
+from crr.types import quote_str
 
 
 def app(site: crr.Site, rel: str) -> list[tuple]:
@@ -24,11 +24,12 @@ def aug(site: crr.Site, rel: str) -> dict:
         cols = ", ".join(c.name for c in r.aug_columns)
         tuples = site.execute(f'SELECT DISTINCT vid, {cols} FROM _crr."{rel}$m" ORDER BY vid')
         monos = site.execute(f'SELECT vid, mid, ids FROM _crr."{rel}$m" ORDER BY vid, mid')
-    lineage = ", ".join(f"'{x}'" for x in sorted(site.lineage(rel)))
+    lineage = ", ".join(quote_str(x) for x in sorted(site.lineage(rel)))
     # wherever the site keeps them: _crr.cl, or a replica's own table (crr.replica)
-    replicas = [site.relation(x) for x in site.relations() if site.relation(x).replica]
-    cl = site.execute(f"SELECT id, rel, cl, kh, stamp, vis FROM {entries_sql(replicas)} e WHERE rel IN ({lineage}) "
-                      "ORDER BY id")
+    homes = ["SELECT id, rel, cl, kh, stamp, vis FROM _crr.cl"] + [
+        f"SELECT id, {quote_str(x)} AS rel, cl, kh, stamp, vis FROM {site.relation(x).aug('e')} WHERE cl > 0"
+        for x in site.relations() if site.relation(x).replica]
+    cl = site.execute(f"SELECT * FROM ({' UNION ALL '.join(homes)}) WHERE rel IN ({lineage}) ORDER BY id")
     return {"tuples": tuples, "monos": monos, "cl": cl}
 
 
