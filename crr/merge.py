@@ -187,14 +187,19 @@ def max_stamp(max_clock_skew: float) -> int:
 
 
 def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
-               held: list[tuple[Relation, RelationChanges]], inputs: MergeInputs, max_clock_skew: float) -> Batch:
-    """The batch of a changeset's held relations and causal lengths, every input checked as it is read."""
+               held: list[tuple[Relation, RelationChanges]], inputs: MergeInputs, max_clock_skew: float,
+               keeps_replicas: bool = True) -> Batch:
+    """The batch of a changeset's held relations and causal lengths, every input checked as it is read.
+    ``keeps_replicas``: whether the site keeps its replicas' entries with their tuples
+    (:mod:`crr.replica`; a DuckDB site does, the Spark site, which checks changesets here, does not)."""
     batch = Batch()
     lineage: set[str] = set()
     key_hashes: list[KeyHashSource] = []  # keyed replicated tables' received tuples: key hashes to recompute
     homes = homes_of(catalog)  # co-located source -> its view (crr.colocated)
     colocated_tuples: dict[str, Rows] = {}  # their received tuples
-    replicas = {rel.name for rel in catalog.values() if rel.replica}  # entries with their tuples (crr.replica)
+    # relations keeping their entries with their tuples (crr.replica)
+    replica_rels = [rel for rel in catalog.values() if rel.replica] if keeps_replicas else []
+    replicas = {rel.name for rel in replica_rels}
     replica_tuples: dict[str, Rows] = {}
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
@@ -245,7 +250,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             if named & relations:
                 entries = _received(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
                                     frozenset(relations), sources, max_clock_skew,
-                                    replica.elsewhere(catalog, home or None) if not home or home in replicas else ())
+                                    replica.elsewhere(replica_rels, home or None) if not home or home in replicas else ())
                 if entries is not None:
                     by_home[home] = entries
     batch.received = by_home.pop("", None)

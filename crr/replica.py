@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crr.batch_rows import Rows, cols_sql, rows_sql
-from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
+from crr.catalog import SCHEMA, Relation, monomials_ddl
 from crr.causal import FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, entry_delta_sql, empty_entries_sql
 from crr.types import quote_str
 
@@ -112,12 +112,12 @@ def added_tuples_sql(rel: Relation, added: Rows) -> str:
     return f"(SELECT {i} AS vid, {i} AS mid, [{i}] AS ids, {cols_sql(rel)} FROM {added.table})"
 
 
-def elsewhere(catalog: Catalog, home: str | None) -> tuple[str, ...]:
-    """The tables holding the ids a site keeps outside one home (a replica's name, or None for
-    ``_crr.cl``): ``_crr.cl`` and the other replicas' ``$e``, each id there another relation's (a
-    replica's entries and tuples live in its ``$e`` alone: :func:`adopt_sql`). None are needed for
-    ``_crr.cl`` at a site without replicas."""
-    others = tuple(r.aug("e") for r in sorted(catalog.values(), key=lambda r: r.name) if r.replica and r.name != home)
+def elsewhere(replicas: list[Relation], home: str | None) -> tuple[str, ...]:
+    """The tables holding the ids a site with the given replicas keeps outside one home (a replica's
+    name, or None for ``_crr.cl``): ``_crr.cl`` and the other replicas' ``$e``, each id there
+    another relation's (a replica's entries and tuples live in its ``$e`` alone: :func:`adopt_sql`).
+    None are needed for ``_crr.cl`` at a site without replicas."""
+    others = tuple(r.aug("e") for r in sorted(replicas, key=lambda r: r.name) if r.name != home)
     return others if home is None else (f"{SCHEMA}.cl",) + others
 
 

@@ -370,6 +370,25 @@ def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, mo
         SparkSite(spark, path, site_id="other")
 
 
+def test_forged_tuples_of_a_remote_table_are_refused(spark, tmp_path):
+    """The Spark site checks a changeset with the DuckDB site's merge planning; a DuckDB site keeps a
+    remote table's tuples with their entries (crr/replica.py), which the Spark site does not, so the
+    planning is told so. Fails if the tuples of a remote table went unchecked there (routed to a
+    layout the Spark check does not read)."""
+    src = _base_site("src")
+    src.insert_many("r", [(1, "a", 1.0)])
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute("CREATE REMOTE TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    forged = crr.Changeset.from_bytes(src.changes().to_bytes())
+    rc = forged.relation("r")
+    rc.tuples = rc.tuples.set_column(1, "c0", pa.array([2], pa.int32()))
+    with pytest.raises(ChangesetError, match="do not match their values"):
+        site.merge(forged)
+    assert site.cursor == 0 and _spark_rows(site, "r") == []
+    site.merge(src.changes().to_bytes())
+    assert _spark_rows(site, "r") == [(1, "a", 1.0)]
+
+
 def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
     src = _base_site("src")
     src.insert_many("r", [(1, "a", 1.0)])

@@ -80,7 +80,7 @@ def check_changeset(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Change
     inputs = MergeInputs(con, ArrowSlots(con), {})
     try:
         with changeset_errors():
-            batch = plan_merge(con, catalog, cs, held, inputs, max_clock_skew)
+            batch = plan_merge(con, catalog, cs, held, inputs, max_clock_skew, keeps_replicas=False)
             for name, rows in batch.base.items():
                 con.execute(f"SELECT count(id) FROM {rows_sql(catalog[name], rows)}").fetchall()
             for name, (tuples, monos) in batch.derived.items():
