@@ -364,7 +364,6 @@ class Maintainer:
                             rows.id_column)
             self.new_derived[rel.name] = replica.added_tuples_sql(rel, rows)
             self.added_arrow[rel.name] = added
-            self.new_arrow.pop(rel.name, None)
             self.fresh.add(rel.name)
             self.counts(rel.name).new_monomials += added.num_rows
             self.widths[rel.name] = (1, 1)

@@ -35,7 +35,6 @@ from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
 from crr import replica
-from crr.replica import ReplicaBatch
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
 
@@ -242,15 +241,15 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                                                      ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
         # a co-located source's entries are merged into its view's table (crr.colocated), a replica's
         # into its own (crr.replica), the others into _crr.cl
-        wanted = {"": (interest - set(homes) - replicas, tuple(key_hashes))}
-        wanted.update({source: ({source}, ()) for source in homes if source in interest})
-        wanted.update({name: ({name}, ()) for name in replicas if name in interest})
+        # (relations, key hashes to recompute, tables of ids kept in other homes) by home
+        wanted = {"": (interest - set(homes) - replicas, tuple(key_hashes), replica.elsewhere(replica_rels, None))}
+        wanted.update({source: ({source}, (), ()) for source in homes if source in interest})
+        wanted.update({name: ({name}, (), replica.elsewhere(replica_rels, name)) for name in replicas if name in interest})
         named = set(cs.cl.column("rel").unique().to_pylist())
-        for home, (relations, sources) in wanted.items():
+        for home, (relations, sources, elsewhere) in wanted.items():
             if named & relations:
                 entries = _received(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
-                                    frozenset(relations), sources, max_clock_skew,
-                                    replica.elsewhere(replica_rels, home or None) if not home or home in replicas else ())
+                                    frozenset(relations), sources, max_clock_skew, elsewhere)
                 if entries is not None:
                     by_home[home] = entries
     batch.received = by_home.pop("", None)
@@ -259,7 +258,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             batch.colocated.append(ColocatedBatch(co.name, source, colocated_tuples.get(source), by_home.get(source)))
     for name in sorted(replicas):
         if name in replica_tuples or name in by_home:
-            batch.replicas.append(ReplicaBatch(name, replica_tuples.get(name), by_home.get(name)))
+            batch.replicas.append(replica.ReplicaBatch(name, replica_tuples.get(name), by_home.get(name)))
     return batch
 
 

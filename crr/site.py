@@ -353,9 +353,6 @@ class Site:
                            not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                            stored=stmt.kind is not RelationKind.SOURCE)
             self._add_relation(rel)
-            if rel.replica:  # entries _crr.cl kept for a dropped relation of this name (crr.replica)
-                for stmt_sql in replica.adopt_sql(rel):
-                    self._con.execute(stmt_sql)
             self._stage(self._rels.with_(rel))
         return []
 
@@ -372,9 +369,18 @@ class Site:
         return bool(self._con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
                                       "AND lower(table_name) = ?", [name]).fetchall()[0][0])
 
-    def _add_relation(self, rel: Relation) -> None:
+    def _create_aug(self, rel: Relation) -> None:
+        """Create a relation's AUG and APP tables; a replica takes in the entries ``_crr.cl`` kept for
+        its name (a source a join starts keeping, or a relation declared again after a drop: see
+        :mod:`crr.replica`)."""
         for ddl in aug_ddl(rel):
             self._con.execute(ddl)
+        if rel.replica:
+            for stmt in replica.adopt_sql(rel):
+                self._con.execute(stmt)
+
+    def _add_relation(self, rel: Relation) -> None:
+        self._create_aug(rel)
         pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
         row = relation_row(rel, pos)
         self._con.execute(f"INSERT INTO {SCHEMA}.relations ({CATALOG_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
@@ -396,11 +402,7 @@ class Site:
         with self._transaction():
             self._uncolocate(self._rels.with_(rel))  # a view over a co-located view or its source
             for source in to_store:
-                for ddl in aug_ddl(source):
-                    self._con.execute(ddl)
-                if source.replica:  # the entries _crr.cl kept for it move to its $e (crr.replica)
-                    for stmt in replica.adopt_sql(source):
-                        self._con.execute(stmt)
+                self._create_aug(source)
                 self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
             self._add_relation(rel)
             if spec is not None:
