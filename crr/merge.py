@@ -208,6 +208,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if rc.kind is ChangeKind.BASE:
             # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
             view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
+            if not rc.tuples.num_rows:
+                continue  # nothing to add or derive from (a changeset names every relation it covers)
             received = Rows(view, RowsKind.RECEIVED, idcol)
             if rel.is_base:
                 batch.base[rel.name] = received

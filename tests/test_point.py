@@ -3,6 +3,7 @@ number of statements a write runs (the figures crr/point.py documents)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Callable
 
@@ -329,6 +330,34 @@ def test_a_merge_of_new_rows_skips_matching_known_rows_in_app(tmp_path) -> None:
     both = dataclasses.replace(second, cl=pa.concat_tables([first.cl, second.cl]))
     assert _app_merges(dst, both, "t") == 1  # the earlier tuple's entry flips it: matched in APP
     assert app(dst, "t") == app(src, "t") == [(1, "a"), (3, "c"), (4, "d"), (5, "e")]
+
+
+def test_a_merge_runs_nothing_for_a_table_the_changeset_brings_no_tuples_of(tmp_path) -> None:
+    """``changes()`` names every table it covers, changed or not. A merge runs no statement over a
+    table whose tuples table is empty (an INSERT of nothing cost 2 ms at a 1M-row site), and a view
+    joining it still gets the other table's delta; an empty table with the wrong columns is still
+    refused."""
+    src, dst = crr.Site(site_id="src"), crr.Site(tmp_path / "dst.db", site_id="dst")
+    for s in (src, dst):
+        s.execute("CREATE REPLICATED TABLE big (k INTEGER PRIMARY KEY, v VARCHAR)")
+        s.execute("CREATE REPLICATED TABLE small (k INTEGER PRIMARY KEY, w VARCHAR)")
+    dst.execute("CREATE MATERIALIZED VIEW j AS SELECT big.k, v, w FROM big JOIN small ON big.k = small.k")
+    src.execute("INSERT INTO small VALUES (1, 'x'), (2, 'y')")
+    dst.merge(src.changes())
+    cursor = src.cursor
+    src.execute("INSERT INTO big VALUES (1, 'a'), (3, 'c')")
+    cs = src.changes(since=cursor)
+    assert {rc.name: rc.tuples.num_rows for rc in cs.relations} == {"big": 2, "small": 0}
+    statements = _statements(dst, lambda: dst.merge(cs))
+    writes = [" ".join(s.split()[:3]) for s in statements if s.split()[0] in ("INSERT", "MERGE", "DELETE", "UPDATE")]
+    assert 'INSERT INTO _crr."big$t"' in writes
+    assert not [w for w in writes if "small" in w]
+    assert app(dst, "j") == [(1, "a", "x")]
+    bad = dataclasses.replace(cs, relations=[
+        rc if rc.name == "big" else dataclasses.replace(rc, tuples=rc.tuples.rename_columns(["id", "k", "x"]))
+        for rc in cs.relations])
+    with pytest.raises(crr.ChangesetError, match="small"):
+        dst.merge(bad)
 
 
 def test_a_large_update_with_a_random_where_rewrites_exactly_the_rows_it_removes() -> None:
