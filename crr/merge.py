@@ -222,10 +222,14 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             else:
                 batch.derived[rel.name] = (received, None)
             continue
-        tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name,
-                             f"{tuple_check_sql(rel, idcol)} AS {as_id}, {cols_sql(rel)}")
         if rc.monos is None:
             raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
+        if not rc.tuples.num_rows and not rc.monos.num_rows:  # nothing to add: only the columns are checked
+            inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
+            inputs.register(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name)
+            continue
+        tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name,
+                             f"{tuple_check_sql(rel, idcol)} AS {as_id}, {cols_sql(rel)}")
         monos = inputs.load(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
                             "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
                             "THEN error('crr: a monomial without ids') ELSE ids END AS ids")

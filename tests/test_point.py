@@ -360,6 +360,35 @@ def test_a_merge_runs_nothing_for_a_table_the_changeset_brings_no_tuples_of(tmp_
         dst.merge(bad)
 
 
+def test_a_merge_runs_nothing_for_a_view_the_changeset_brings_no_derivations_of(tmp_path) -> None:
+    """A view's changes that add no tuple and no monomial cost the receiver no statement (it
+    copied both into temp tables and ran an INSERT of nothing); the columns are still checked, and
+    a view's tuples without monomials are still refused."""
+    src = crr.Site(site_id="src")
+    src.execute("CREATE REPLICATED TABLE big (k INTEGER PRIMARY KEY, v VARCHAR)")
+    src.execute("CREATE REPLICATED TABLE small (k INTEGER PRIMARY KEY, w VARCHAR)")
+    src.execute("CREATE MATERIALIZED VIEW j AS SELECT big.k, v, w FROM big JOIN small ON big.k = small.k")
+    src.execute("INSERT INTO small VALUES (1, 'x')")
+    src.execute("INSERT INTO big VALUES (1, 'a')")
+    far = crr.Site(tmp_path / "far.db", site_id="far")
+    far.execute("CREATE REMOTE TABLE j (k INTEGER, v VARCHAR, w VARCHAR)")
+    far.merge(src.changes(relations=["j"]))
+    cursor = src.cursor
+    src.execute("INSERT INTO big VALUES (2, 'b')")  # joins nothing: j does not change
+    cs = src.changes(since=cursor, relations=["j"])
+    assert [(rc.name, rc.tuples.num_rows, rc.monos.num_rows) for rc in cs.relations] == [("j", 0, 0)]
+    statements = _statements(far, lambda: far.merge(cs))
+    # (the new big tuple's entry is still merged: j's lineage holds big)
+    assert not [s for s in statements if s.startswith("CREATE") or s.startswith('INSERT INTO _crr."j$m"')]
+    assert app(far, "j") == [(1, "a", "x")]
+    bad = dataclasses.replace(cs, relations=[dataclasses.replace(
+        rc, monos=rc.monos.rename_columns(["vid", "other"])) for rc in cs.relations])
+    with pytest.raises(crr.ChangesetError, match="j"):
+        far.merge(bad)
+    with pytest.raises(crr.ChangesetError, match="without monomials"):
+        far.merge(dataclasses.replace(cs, relations=[dataclasses.replace(rc, monos=None) for rc in cs.relations]))
+
+
 def test_a_large_update_with_a_random_where_rewrites_exactly_the_rows_it_removes() -> None:
     """A batch-path UPDATE evaluates its rows once: the rows it removes are the rows it rewrites (two
     evaluations of a random WHERE would pick different rows), and the APP rows, the AUG tuples and
