@@ -350,10 +350,15 @@ class SyncService:
             server.close()
         for link in list(self.links.values()):
             link.close()
-        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        if tasks:  # let them finish their cleanup while the loop still runs
+        # Cancel the handlers and let them finish their cleanup while the loop still runs. A connection
+        # accepted just before the servers closed starts its handler while the first ones end, so look
+        # again: a handler left pending would be closed with the loop, its cleanup then failing on it.
+        for _ in range(5):
+            tasks = [t for t in self._tasks if t is not asyncio.current_task() and not t.done()]
+            if not tasks:
+                break
+            for task in tasks:
+                task.cancel()
             await asyncio.wait(tasks, timeout=5)
         self._log.flush_all()
         if self.control_path and os.path.exists(self.control_path):

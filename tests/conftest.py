@@ -9,6 +9,14 @@ import crr
 from crr.types import quote_str
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n auto --dist loadgroup``, as CI runs the suite), the Spark tests run
+    in one worker, so they share one SparkSession (one JVM) as they do in a serial run."""
+    for item in items:
+        if "spark" in item.nodeid.lower():
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 def app(site: crr.Site, rel: str) -> list[tuple]:
     """A relation's APP rows, sorted (NULLs first)."""
     return site.execute(f"SELECT * FROM {rel} ORDER BY ALL NULLS FIRST")
