@@ -70,7 +70,7 @@ class _Row:
     kh: int | None
     values: tuple[str | None, ...]  # DuckDB's text of each value
     stored: bool  # whether the table's AUG tuples hold it already
-    versions: list[tuple[int, int, int, bool]]  # (id, cl, stamp, vis) of its key's versions (its own, unkeyed)
+    versions: list[tuple[int, int, int, bool, int]]  # (id, cl, stamp, vis, rowid) of its key's versions (its own, unkeyed)
 
 
 @dataclass
@@ -113,6 +113,7 @@ class _Entry:
     stamp: int
     old_vis: bool
     known: bool  # the site has an entry for the id already
+    rowid: int | None = None  # the known entry's row in ``_crr.cl`` (read by the lookup, in this transaction)
 
     @property
     def vis(self) -> bool:
@@ -135,22 +136,24 @@ def rows_sql(rel: Relation, source: str, old: bool, new: bool) -> str:
 
 
 def lookup_sql(rel: Relation, keys: list[int], ids: list[int]) -> str:
-    """``Statement.LOOKUP``: the site's causal-length entries ``(id, kh, cl, stamp, vis, false)`` of
-    the given key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true)`` for
-    each of ``ids`` the table's AUG tuples hold. The values are integers this module computed, so
-    they are written into the text."""
+    """``Statement.LOOKUP``: the site's causal-length entries ``(id, kh, cl, stamp, vis, false, rowid)``
+    of the given key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true, NULL)``
+    for each of ``ids`` the table's AUG tuples hold. The values are integers this module computed, so
+    they are written into the text. An entry's ``rowid`` lets :data:`Statement.CL_UPDATE` find its
+    row without scanning ``_crr.cl`` (DuckDB reads only the row group of a ``rowid = ?`` filter; a row
+    keeps its rowid within the transaction)."""
     probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
         f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
-    return f"""SELECT id, kh, cl, stamp, vis, false FROM {SCHEMA}.cl WHERE {probe}
-               UNION ALL SELECT id, NULL, NULL, NULL, NULL, true FROM {rel.aug('t')}
+    return f"""SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE {probe}
+               UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
                WHERE id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"""
 
 
 def cl_update_sql(count: int) -> str:
-    """``Statement.CL_UPDATE`` of ``count`` entries: parameters (cl, stamp, vis, id) per entry, then seq."""
+    """``Statement.CL_UPDATE`` of ``count`` entries: parameters (cl, stamp, vis, seq, rowid) for one
+    entry; else seq, then (cl, stamp, vis, id) per entry."""
     if count == 1:
-        return (f"UPDATE {SCHEMA}.cl SET cl = ?, stamp = ?::UHUGEINT, vis = ?, seq = ? "
-                "WHERE id = ?::UHUGEINT")
+        return f"UPDATE {SCHEMA}.cl SET cl = ?, stamp = ?::UHUGEINT, vis = ?, seq = ? WHERE rowid = ?"
     rows = ", ".join(["(?, ?::UHUGEINT, ?, ?::UHUGEINT)"] * count)
     return (f"UPDATE {SCHEMA}.cl SET cl = d.cl, stamp = d.stamp, vis = d.vis, seq = ? "
             f"FROM (VALUES {rows}) d(cl, stamp, vis, id) WHERE {SCHEMA}.cl.id = d.id")
@@ -273,15 +276,15 @@ class PointWrite:
         if not rows:
             return PointResult(0, False, [], [])
         ids = sorted({r.id for r in rows.values()})
-        versions: dict[int, list[tuple[int, int, int, bool]]] = {}  # per key hash (keyed) or id
+        versions: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # per key hash (keyed) or id
         stored: set[int] = set()
-        for id_, kh, cl, stamp, vis, in_table in self._run(
+        for id_, kh, cl, stamp, vis, in_table, rowid in self._run(
                 lookup_sql(rel, sorted({r.kh for r in rows.values()}), ids), []):
             if in_table:
                 stored.add(int(id_))
             else:
                 versions.setdefault(int(kh) if rel.key else int(id_), []).append(
-                    (int(id_), int(cl), int(stamp or 0), bool(vis)))
+                    (int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
         for row in rows.values():
             row.stored = row.id in stored
             row.versions = versions.get(row.kh if rel.key else row.id, [])
@@ -299,9 +302,9 @@ class PointWrite:
         """The causal-length entries the write changes, checking NOT NULL and key rules first."""
         entries: dict[int, _Entry] = {}
         for row in olds:  # removing a row deletes every present version of its key (or the tuple itself)
-            for vid, vcl, vstamp, vvis in row.versions:
+            for vid, vcl, vstamp, vvis, vrow in row.versions:
                 if vcl % 2 == 1 and vid not in entries:
-                    entries[vid] = _Entry(vid, row.kh, vcl + 1, vstamp, vvis, True)
+                    entries[vid] = _Entry(vid, row.kh, vcl + 1, vstamp, vvis, True, vrow)
         if not news:
             return entries
         _check_not_null(rel, news)
@@ -317,9 +320,9 @@ class PointWrite:
                     entries[row.id].cl, entries[row.id].stamp = cur + 1, max(stamp, entries[row.id].stamp)
                 continue
             own = [v for v in row.versions if v[0] == row.id]
-            cur, old_stamp, old_vis = (own[0][1], own[0][2], own[0][3]) if own else (0, 0, False)
+            cur, old_stamp, old_vis, rowid = (own[0][1], own[0][2], own[0][3], own[0][4]) if own else (0, 0, False, None)
             if cur % 2 == 0:
-                entries[row.id] = _Entry(row.id, row.kh, cur + 1, max(stamp, old_stamp), old_vis, bool(own))
+                entries[row.id] = _Entry(row.id, row.kh, cur + 1, max(stamp, old_stamp), old_vis, bool(own), rowid)
         return entries
 
     def _write(self, rel: Relation, entries: dict[int, _Entry], olds: list[_Row], news: list[_Row],
@@ -329,7 +332,7 @@ class PointWrite:
         fresh = [e for e in entries.values() if not e.known]
         if len(known) == 1:
             e = known[0]
-            self._run(cl_update_sql(1), [e.cl, e.stamp, e.vis, seq, e.id])
+            self._run(cl_update_sql(1), [e.cl, e.stamp, e.vis, seq, e.rowid])
         elif known:
             self._run(cl_update_sql(len(known)),
                       [seq] + [p for e in known for p in (e.cl, e.stamp, e.vis, e.id)])
@@ -366,5 +369,5 @@ def _check_keys(rel: Relation, news: list[_Row], freed: set) -> None:
     if len({r.id for r in news}) > len({r.kh for r in news}):
         raise repeated_key_error(rel)
     for row in news:
-        if row.kh not in freed and any(vvis and vid != row.id for vid, _, _, vvis in row.versions):
+        if row.kh not in freed and any(vvis and vid != row.id for vid, _, _, vvis, _ in row.versions):
             raise key_clash_error(rel, row.values)

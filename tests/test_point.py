@@ -216,6 +216,32 @@ def _count(site: crr.Site, sql: str, params: list) -> list[str]:
     return _statements(site, lambda: site.execute(sql, params))
 
 
+def test_a_point_write_updates_the_entry_it_looked_up_among_other_relations(tmp_path) -> None:
+    """The point path updates a known entry by the ``rowid`` its lookup read (no scan of ``_crr.cl``).
+    With the entries of two tables interleaved in ``_crr.cl``, an UPDATE, a DELETE and a re-INSERT
+    change exactly their own entries: a wrong row would change the other table's entry or leave
+    the written one as it was."""
+    site = crr.Site(tmp_path / "s.db")
+    for t in ("a", "b"):
+        site.execute(f"CREATE REPLICATED TABLE {t} (k INTEGER PRIMARY KEY, v VARCHAR)")
+    for i in range(6):
+        for t in ("a", "b"):
+            site.execute(f"INSERT INTO {t} VALUES (?, ?)", [i, f"{t}{i}"])
+    entries = lambda: sorted(site.execute("SELECT rel, cl, vis, id FROM _crr.cl ORDER BY rel, id"))
+    before = entries()
+    site.execute("UPDATE a SET v = ? WHERE k = ?", ["new", 2])
+    site.execute("DELETE FROM b WHERE k = ?", [4])
+    site.execute("DELETE FROM a WHERE k = ?", [5])
+    site.execute("INSERT INTO a VALUES (?, ?)", [5, "a5"])  # the same tuple back: its entry grows to 3
+    after = entries()
+    changed = sorted(set(after) - set(before))
+    assert [(rel, cl, vis) for rel, cl, vis, _ in changed] == sorted(
+        [("a", 2, False), ("a", 1, True), ("b", 2, False), ("a", 3, True)])
+    assert len(after) == len(before) + 1  # the updated row's new version
+    assert app(site, "a") == [(0, "a0"), (1, "a1"), (2, "new"), (3, "a3"), (4, "a4"), (5, "a5")]
+    assert app(site, "b") == [(i, f"b{i}") for i in range(6) if i != 4]
+
+
 @pytest.mark.parametrize("schema", list(SCHEMA.values()), ids=list(SCHEMA))
 def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) -> None:
     site = crr.Site(tmp_path / "s.db")
