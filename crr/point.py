@@ -69,7 +69,7 @@ class _Row:
     id: int
     kh: int | None
     values: tuple[str | None, ...]  # DuckDB's text of each value
-    stored: bool  # whether the table's AUG tuples hold it already
+    stored: bool  # whether the table's AUG tuples hold it already (looked up for added rows only)
     versions: list[tuple[int, int, int, bool, int]]  # (id, cl, stamp, vis, rowid) of its key's versions (its own, unkeyed)
 
 
@@ -135,18 +135,22 @@ def rows_sql(rel: Relation, source: str, old: bool, new: bool) -> str:
     return f"SELECT {', '.join(texts)} FROM ({source}) w LIMIT {POINT_ROWS + 1}"
 
 
-def lookup_sql(rel: Relation, keys: list[int], ids: list[int]) -> str:
+def lookup_sql(rel: Relation, keys: list[int], ids: list[int], new_ids: list[int]) -> str:
     """``Statement.LOOKUP``: the site's causal-length entries ``(id, kh, cl, stamp, vis, false, rowid)``
     of the given key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true, NULL)``
-    for each of ``ids`` the table's AUG tuples hold. The values are integers this module computed, so
-    they are written into the text. An entry's ``rowid`` lets :data:`Statement.CL_UPDATE` find its
-    row without scanning ``_crr.cl`` (DuckDB reads only the row group of a ``rowid = ?`` filter; a row
-    keeps its rowid within the transaction)."""
+    for each of ``new_ids`` (the ids of the rows the write adds) the table's AUG tuples hold: a
+    removed row is an APP row, so its tuple is held, and a DELETE does not scan the tuples. The
+    values are integers this module computed, so they are written into the text. An entry's
+    ``rowid`` lets :data:`Statement.CL_UPDATE` find its row without scanning ``_crr.cl`` (DuckDB
+    reads only the row group of a ``rowid = ?`` filter; a row keeps its rowid within the
+    transaction)."""
     probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
         f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
-    return f"""SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE {probe}
-               UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
-               WHERE id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"""
+    entries = f"SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE {probe}"
+    if not new_ids:
+        return entries
+    return f"""{entries} UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
+               WHERE id IN ({', '.join(f'{i}::UHUGEINT' for i in new_ids)})"""
 
 
 def cl_update_sql(count: int) -> str:
@@ -279,7 +283,7 @@ class PointWrite:
         versions: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # per key hash (keyed) or id
         stored: set[int] = set()
         for id_, kh, cl, stamp, vis, in_table, rowid in self._run(
-                lookup_sql(rel, sorted({r.kh for r in rows.values()}), ids), []):
+                lookup_sql(rel, sorted({r.kh for r in rows.values()}), ids, sorted({r.id for r in rows.values() if r.new})), []):
             if in_table:
                 stored.add(int(id_))
             else:

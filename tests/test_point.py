@@ -240,6 +240,9 @@ def test_a_point_write_updates_the_entry_it_looked_up_among_other_relations(tmp_
     assert len(after) == len(before) + 1  # the updated row's new version
     assert app(site, "a") == [(0, "a0"), (1, "a1"), (2, "new"), (3, "a3"), (4, "a4"), (5, "a5")]
     assert app(site, "b") == [(i, f"b{i}") for i in range(6) if i != 4]
+    # a DELETE removes APP rows, whose tuples are held: its lookup reads no AUG tuples
+    assert not [s for s in _count(site, "DELETE FROM a WHERE k = ?", [3]) if '"a$t"' in s]
+    assert app(site, "a") == [(0, "a0"), (1, "a1"), (2, "new"), (4, "a4"), (5, "a5")]
 
 
 @pytest.mark.parametrize("schema", list(SCHEMA.values()), ids=list(SCHEMA))
