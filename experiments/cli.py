@@ -37,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     common(p)
     p = bs.add_parser("writes", help="single-row INSERT/UPDATE/DELETE latency vs plain DuckDB")
     p.add_argument("--ops", type=_positive_int, default=500)
+    p.add_argument("--rows", type=_count, default=0, help="rows each table holds before timing (default 0)")
     common(p)
     p = bs.add_parser("merge", help="merge throughput of 1k/10k/100k-change changesets (replica + two views)")
     p.add_argument("--sizes", type=_int_list, default="1000,10000,100000")
@@ -83,15 +84,20 @@ def _experiment_list(text: str) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
+def _positive_int(text: str, least: int = 1) -> int:
+    """An argparse type: a whole number of at least 1 (``least``)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least {least}")
     return value
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    return _positive_int(text, least=0)
 
 
 def _int_list(text: str) -> str:
@@ -158,7 +164,7 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         return records, lambda d: report.paper_plots(records, d)
     if name == "writes":
         from crr.bench import writes
-        records = writes.run(args.ops, say)
+        records = writes.run(args.ops, say, rows=args.rows)
         report.writes_table(records)
         return records, lambda d: []
     if name == "merge":

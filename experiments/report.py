@@ -96,8 +96,9 @@ def paper_table(records: list[dict], baseline: str = "gupta-duckdb") -> None:
 def writes_table(records: list[dict], baseline: str = "plain-duckdb") -> None:
     """Single-row write latencies in ms, each side's p50 and p99 also as a ratio to plain DuckDB's."""
     base = {r["experiment"]: r for r in records if r["algorithm"] == baseline}
-    t = Table(title="single-row writes, file-backed, one statement per transaction (ms); "
-                    f"ratios to {baseline} within this run")
+    held = max((r.get("rows", 0) for r in records), default=0)
+    t = Table(title="single-row writes, file-backed, one statement per transaction (ms)"
+                    + (f", each table holding {held} other rows" if held else "") + f"; ratios to {baseline} within this run")
     for col in ("statement", "side", "views", "p50 ms", "p99 ms", f"p50 / {baseline}", f"p99 / {baseline}"):
         t.add_column(col, justify="left" if col in ("statement", "side") else "right")
     for r in records:

@@ -13,7 +13,11 @@ Sides (the ``algorithm`` of a record), all tables ``(k INTEGER, v VARCHAR)``:
 * ``plain-duckdb``: a plain DuckDB table with ``PRIMARY KEY (k)``.
 
 Each kind runs ``ops`` statements on rows ``k = 0 .. ops-1``: INSERT ``(k, 'x')``, then UPDATE
-``v = 'y<k>'``, then DELETE, so every statement hits one present row.
+``v = 'y<k>'``, then DELETE, so every statement hits one present row. With ``rows`` > 0 every table
+(each side's, not ``d``) first holds that many other rows (keys from ``ops`` on, joining nothing), so a
+write's cost at a realistic table size shows: crr keeps every table's causal-length entries in one
+table, ``_crr.cl``, that a point write probes without an index, as DuckDB does a plain table's rows
+when no index serves the filter.
 """
 
 from __future__ import annotations
@@ -43,26 +47,36 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def _setup(site, ops: int) -> None:
-    """The tables of every side, the views, and the join partner ``d``."""
+def _setup(site, ops: int, rows: int = 0) -> None:
+    """The tables of every side (each holding ``rows`` rows), the views, and the join partner ``d``."""
     site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
     site.execute("CREATE REPLICATED TABLE u (k INTEGER, v VARCHAR)")
     site.execute("CREATE REPLICATED TABLE tv (k INTEGER PRIMARY KEY, v VARCHAR)")
     site.execute("CREATE REPLICATED TABLE uv (k INTEGER, v VARCHAR)")
     site.execute("CREATE REPLICATED TABLE d (k INTEGER PRIMARY KEY, w VARCHAR)")
     site.insert_many("d", [(i, f"w{i}") for i in range(ops)])
+    if rows:
+        import pyarrow as pa
+        held = pa.table({"k": pa.array(range(ops, ops + rows), pa.int32()), "v": pa.array(["h"] * rows)})
+        for table in ("t", "u", "tv", "uv"):
+            site.insert_many(table, held)
     for view, sql in VIEWS.items():
         site.execute(f"CREATE MATERIALIZED VIEW {view} AS {sql}")
     site._con.execute("CREATE TABLE plain_t (k INTEGER PRIMARY KEY, v VARCHAR)")  # outside crr
+    if rows:
+        site._con.execute("INSERT INTO plain_t SELECT range::INTEGER, 'h' FROM range(?, ?)", [ops, ops + rows])
 
 
-def run(ops: int, progress: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """Time ``ops`` statements of each kind on every side; return p50/p99 records."""
+def run(ops: int, progress: Callable[[str], None] = lambda s: None, rows: int = 0) -> list[dict]:
+    """Time ``ops`` statements of each kind on every side, each table holding ``rows`` other rows;
+    return p50/p99 records."""
     from crr.site import Site
     records = []
     with tempfile.TemporaryDirectory(prefix="crr-bench-") as folder:
         site = Site(os.path.join(folder, "writes.duckdb"))
-        _setup(site, ops)
+        if rows:
+            progress(f"loading {rows} rows into each table")
+        _setup(site, ops, rows)
         plain = site._con  # the same file and connection, outside crr
         for kind, (template, params_of) in STATEMENTS.items():
             progress(f"{ops} single-row {kind.upper()}s on each side")
@@ -77,7 +91,7 @@ def run(ops: int, progress: Callable[[str], None] = lambda s: None) -> list[dict
                     else:
                         plain.execute(sql, params).fetchall()
                     samples.append(time.perf_counter() - t0)
-                records.append({"experiment": f"write-{kind}", "algorithm": label, "n": ops,
+                records.append({"experiment": f"write-{kind}", "algorithm": label, "n": ops, "rows": rows,
                                 "views": 2 if "views" in label else 0, "seconds": statistics.median(samples),
                                 "p50": _pct(samples, 50), "p99": _pct(samples, 99)})
             _check(site, kind)

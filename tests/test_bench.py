@@ -163,6 +163,15 @@ def test_bench_writes(tmp_path):
         assert r["views"] == (2 if r["algorithm"].startswith("crr+views") else 0)
 
 
+def test_bench_writes_on_tables_holding_rows(tmp_path):
+    """``--rows`` loads every side's table first (the views then hold them too: the bench's own check
+    compares each view with its query after every kind, and raises if one differs)."""
+    doc = _run(tmp_path, "writes", "--rows", "500")
+    assert len(doc["results"]) == 15 and {r["rows"] for r in doc["results"]} == {500}
+    with pytest.raises(SystemExit):
+        main(["bench", "writes", "--rows", "-1"])
+
+
 def test_bench_merge(tmp_path):
     doc = _run(tmp_path, "merge")
     assert [r["n"] for r in doc["results"]] == [1000, 10000]
