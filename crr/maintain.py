@@ -685,12 +685,12 @@ class Maintainer:
         counts.deleted += dele
 
     def _visibility(self, rel: Relation) -> str:
-        """FROM text of the visibility ``(id, vis)`` ``in?`` of ``rel``'s tuples may read: ``_crr.cl``'s
-        and that of the replicas of the base relations in its lineage (every replica when that is
-        unknown)."""
+        """FROM text of the visibility ``(id, vis)`` ``in?`` of ``rel``'s tuples may read: that of the
+        base relations in its lineage, in ``_crr.cl`` and their replicas (every relation's when the
+        lineage is unknown)."""
         lineage = self.lineage.get(rel.name)
         return replica.visibility_sql([r for r in self.rels.values()
-                                       if r.replica and (lineage is None or r.name in lineage)])
+                                       if r.replica and (lineage is None or r.name in lineage)], lineage)
 
     def _holding_flipped(self, rel: Relation) -> str:
         """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).

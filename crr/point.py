@@ -146,7 +146,9 @@ def lookup_sql(rel: Relation, keys: list[int], ids: list[int], new_ids: list[int
     transaction)."""
     probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
         f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
-    entries = f"SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE {probe}"
+    # ``rel``: redundant (ids and key hashes hash the relation's name) but lets DuckDB skip the row
+    # groups of other relations' entries by their zone maps
+    entries = f"SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE rel = {quote_str(rel.name)} AND {probe}"
     if not new_ids:
         return entries
     return f"""{entries} UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
