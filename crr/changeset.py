@@ -111,6 +111,12 @@ class RelationChanges:
             self.kind = ChangeKind(self.kind)  # anything else is refused by validate()
 
     @property
+    def empty(self) -> bool:
+        """Whether the relation brings no tuple and no monomial (``changes()`` names every relation it
+        covers, changed or not): a merge then has nothing to add or derive from it."""
+        return not self.tuples.num_rows and (self.monos is None or not self.monos.num_rows)
+
+    @property
     def schema_text(self) -> str:
         """Human-readable schema, for error messages."""
         cols = ", ".join(f"{n} {t}" for n, t in self.columns)

@@ -688,9 +688,7 @@ class Maintainer:
         """FROM text of the visibility ``(id, vis)`` ``in?`` of ``rel``'s tuples may read: that of the
         base relations in its lineage, in ``_crr.cl`` and their replicas (every relation's when the
         lineage is unknown)."""
-        lineage = self.lineage.get(rel.name)
-        return replica.visibility_sql([r for r in self.rels.values()
-                                       if r.replica and (lineage is None or r.name in lineage)], lineage)
+        return replica.visibility_sql([r for r in self.rels.values() if r.replica], self.lineage.get(rel.name))
 
     def _holding_flipped(self, rel: Relation) -> str:
         """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).

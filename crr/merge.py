@@ -179,6 +179,10 @@ class MergeInputs:
         self.names.clear()
 
 
+MONOMIAL_COLUMNS = [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")]
+"""The columns (and DuckDB types) of a changeset's monomials table."""
+
+
 def max_stamp(max_clock_skew: float) -> int:
     """The largest stamp a received entry may carry: the largest :mod:`crr.clock` stamp of the
     millisecond ``max_clock_skew`` seconds after this site's wall clock."""
@@ -208,8 +212,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if rc.kind is ChangeKind.BASE:
             # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
             view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
-            if not rc.tuples.num_rows:
-                continue  # nothing to add or derive from (a changeset names every relation it covers)
+            if rc.empty:
+                continue  # nothing to add or derive from: only the columns are checked
             received = Rows(view, RowsKind.RECEIVED, idcol)
             if rel.is_base:
                 batch.base[rel.name] = received
@@ -224,13 +228,13 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             continue
         if rc.monos is None:
             raise ChangesetError(f"malformed changeset: derived relation {rc.name} has no monomials")
-        if not rc.tuples.num_rows and not rc.monos.num_rows:  # nothing to add: only the columns are checked
+        if rc.empty:  # nothing to add or derive from: only the columns are checked
             inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
-            inputs.register(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name)
+            inputs.register(f"_crr_in_m{i}", rc.monos, MONOMIAL_COLUMNS, rc.name)
             continue
         tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name,
                              f"{tuple_check_sql(rel, idcol)} AS {as_id}, {cols_sql(rel)}")
-        monos = inputs.load(f"_crr_in_m{i}", rc.monos, [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")], rc.name,
+        monos = inputs.load(f"_crr_in_m{i}", rc.monos, MONOMIAL_COLUMNS, rc.name,
                             "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
                             "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
         orphans = con.execute(f"SELECT count(*) FROM {monos} m ANTI JOIN {tuples} t ON t.vid = m.vid").fetchall()[0][0]

@@ -28,6 +28,8 @@ import tempfile
 import time
 from typing import Callable
 
+import pyarrow as pa
+
 STATEMENTS = {
     "insert": ("INSERT INTO {t} VALUES (?, ?)", lambda i: [i, "x"]),
     "update": ("UPDATE {t} SET v = ? WHERE k = ?", lambda i: [f"y{i}", i]),
@@ -56,7 +58,6 @@ def _setup(site, ops: int, rows: int = 0) -> None:
     site.execute("CREATE REPLICATED TABLE d (k INTEGER PRIMARY KEY, w VARCHAR)")
     site.insert_many("d", [(i, f"w{i}") for i in range(ops)])
     if rows:
-        import pyarrow as pa
         held = pa.table({"k": pa.array(range(ops, ops + rows), pa.int32()), "v": pa.array(["h"] * rows)})
         for table in ("t", "u", "tv", "uv"):
             site.insert_many(table, held)

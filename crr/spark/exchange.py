@@ -98,8 +98,8 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
     """The batch a changeset's held relations make (check it first with :func:`check_changeset`)."""
     batch = SparkBatch()
     for rel, rc in held:
-        if not rc.tuples.num_rows and (rc.monos is None or not rc.monos.num_rows):
-            continue  # nothing to append (changes() names every relation it covers); checked already
+        if rc.empty:
+            continue  # nothing to append; its columns were checked by check_changeset
         what = f"relation {rel.name}"
         batch.rows[rel.name] = rc.tuples.num_rows if rc.monos is None else rc.monos.num_rows
         if rc.kind is ChangeKind.BASE:
