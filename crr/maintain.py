@@ -684,11 +684,55 @@ class Maintainer:
         counts.inserted += ins
         counts.deleted += dele
 
-    def _visibility(self, rel: Relation) -> str:
+    def _visibility(self, rel: Relation, lineage: set[str] | None = None) -> str:
         """FROM text of the visibility ``(id, vis)`` ``in?`` of ``rel``'s tuples may read: that of the
-        base relations in its lineage, in ``_crr.cl`` and their replicas (every relation's when the
-        lineage is unknown)."""
-        return replica.visibility_sql([r for r in self.rels.values() if r.replica], self.lineage.get(rel.name))
+        base relations in its lineage (or in ``lineage``, a part of it the caller knows its ids are
+        from), in ``_crr.cl`` and their replicas (every relation's when the lineage is unknown)."""
+        if lineage is None:
+            lineage = self.lineage.get(rel.name)
+        return replica.visibility_sql([r for r in self.rels.values() if r.replica], lineage)
+
+    def _unwritten_lineage(self, view: Relation) -> set[str] | None:
+        """The base relations whose ids can be among the ids of the view's new monomials that this
+        batch wrote no entry for (the ids ``in?`` still looks up, :func:`_liveness`); None when a
+        lineage is not known (then every relation's entries are read).
+
+        The view's delta plans (:meth:`sql.compile.ViewPlan.delta_queries`) make one term per
+        changed occurrence of a branch, reading that occurrence's new monomials and every other
+        occurrence's state. So such an id is in the lineage of an input some term reads as state,
+        or of a changed input whose new monomials hold an id without an entry written by this batch.
+        In a batch that adds R1 tuples with their entries to ``R1 JOIN R2``, that is R2 alone, and
+        DuckDB skips R1's row groups of ``_crr.cl`` (and R1's replica) by their ``rel`` zone maps."""
+        assert view.plan is not None and self.written_arrow is not None
+        changed = {r for r in view.plan.inputs if r in self.new_base or r in self.new_derived}
+        read: set[str] = set()
+        for branch in view.plan.branches:
+            names = [o.relation for o in branch.occurrences]
+            deltas = [i for i, r in enumerate(names) if r in changed]
+            if not deltas:
+                continue  # the branch has no term
+            read.update(r for i, r in enumerate(names) if len(deltas) > 1 or i != deltas[0])
+            read.update(names[i] for i in deltas if not self._new_ids_written(names[i]))
+        out: set[str] = set()
+        for name in read:
+            rel = self.rels[name]
+            lineage = self.lineage.get(name, {name} if rel.is_base else None)
+            if lineage is None:
+                return None
+            out |= lineage
+        return out
+
+    def _new_ids_written(self, relation: str) -> bool:
+        """Whether every id of the monomials this batch added to ``relation`` has an entry this batch
+        wrote (in :attr:`written_arrow`); False when those monomials are not at hand as Arrow."""
+        assert self.written_arrow is not None
+        if self._single_id(relation):
+            ids = self._new_to_replica(relation)
+        elif relation in self.new_arrow:
+            ids = pc.list_flatten(self.new_arrow[relation].column("ids").combine_chunks())
+        else:
+            return False
+        return ids is not None and all_in(ids, self.written_arrow.column("id"))
 
     def _holding_flipped(self, rel: Relation) -> str:
         """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).
@@ -819,8 +863,9 @@ class Maintainer:
             else:  # a monomial holding an id _crr.cl has invisible (or has no entry for) is dead
                 cand = self._register(f"_crr_cand_{view.name}", kept.select(["vid", "mid"] + cols))
                 unknown = self._register(f"_crr_unknown_{view.name}", live.unknown_ids)
+                visibility = self._visibility(view, self._unwritten_lineage(view))
                 present = f"""SELECT c.* EXCLUDE (mid) FROM {cand} c
-                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {self._visibility(view)} v ON v.id = u.id
+                              ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {visibility} v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         match = app_match(view, 'app', 'd', non_null)

@@ -128,6 +128,43 @@ def test_new_rows_joining_a_deleted_row_of_the_other_input_add_nothing(sites):
     assert not [row for row in app(view, "j") if row[0] == 11]
 
 
+def test_a_tuple_arriving_after_its_entry_with_new_rows_is_looked_up_in_its_own_relation(sites):
+    """r's entry for (13, 82, 10) arrives first, its tuple later beside a new row with its entry.
+    The merge wrote no entry for the first tuple, so ``in?`` looks its id up, and it must look in r's
+    entries, not only in those of s, the input the join reads as state
+    (``Maintainer._unwritten_lineage``). Fails if the lookup skips r: the tuple's rows are missing."""
+    base, view = sites
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (13, 82, 10)")
+    first = base.changes(since=cursor)
+    empty = [dataclasses.replace(rc, tuples=rc.tuples.slice(0, 0)) for rc in first.relations]
+    view.merge(dataclasses.replace(first, relations=empty))  # the entry without its tuple
+    check_before = app(view, "j")
+    assert not [row for row in check_before if row[0] == 13]
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (14, 83, 20)")
+    second = base.changes(since=cursor)
+    late = [dataclasses.replace(rc, tuples=pa.concat_tables([rc.tuples, old.tuples]))
+            for rc, old in zip(second.relations, first.relations)]
+    assert app_statements(view, dataclasses.replace(second, relations=late))["j"] == ["INSERT INTO"]
+    check(base, view)
+    assert (13, 82, 1) in app(view, "j") and (13, 82, 3) in app(view, "j") and (14, 83, 2) in app(view, "j")
+
+
+def test_new_rows_of_both_inputs_join_the_stored_rows_of_each_other(sites):
+    """New rows of r and of s in one merge: the term ``r' x ds`` reads r as state, so its monomials
+    hold ids of r the merge did not write, looked up in r's entries (``Maintainer._unwritten_lineage``
+    takes the lineage of every input of a branch with two changed inputs). Fails if that lookup
+    reads only s's entries: the stored r rows' joins with the new s row are missing."""
+    base, view = sites
+    cursor = base.cursor
+    base.execute("INSERT INTO s VALUES (4, 20)")  # joins the stored (2, 5, 20)
+    base.execute("INSERT INTO r VALUES (15, 84, 10)")  # joins the stored s rows 1 and 3
+    assert app_statements(view, base.changes(since=cursor))["j"] == ["INSERT INTO"]
+    check(base, view)
+    assert (2, 5, 4) in app(view, "j") and (15, 84, 1) in app(view, "j")
+
+
 def test_an_entry_arriving_after_its_tuple_shows_the_tuple_with_new_rows():
     """A tuple that arrived without its entry is stored but absent; its entry arriving together with
     new rows flips a tuple the merge did not bring, so views re-evaluate it."""
