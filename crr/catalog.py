@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 5  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
-# 5: replicas keep their entries with their tuples ($e)
+STORAGE_VERSION = 6  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
+# 5: replicas keep their entries with their tuples ($e); 6: the catalog's ``orphans`` flag
 
 
 def aug_table(relation: str, suffix: str) -> str:
@@ -99,6 +99,11 @@ class Relation:
     derived: bool = False
     # a view whose derivations live with its source's causal lengths in ``$w`` (crr.colocated)
     colocated: bool = False
+    # a replicated table's: whether its ``$t`` may hold a tuple without an entry in ``_crr.cl`` (a merge
+    # brought the tuple before its entry). While it does not, an id whose entry a merge inserts into
+    # ``_crr.cl`` has no tuple here yet, so its received tuple is added without looking in ``$t``.
+    # Set by the merge that stores such a tuple, never cleared.
+    orphans: bool = False
 
     @property
     def narrow(self) -> bool:
@@ -309,6 +314,8 @@ CATALOG_DDL = [
     # files written before ``derived`` existed: unknown, so assumed (it only costs a faster path)
     f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS derived BOOLEAN DEFAULT true",
     f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS colocated BOOLEAN DEFAULT false",
+    # files written before ``orphans`` existed: assumed until the upgrade to version 6 looks
+    f"ALTER TABLE {SCHEMA}.relations ADD COLUMN IF NOT EXISTS orphans BOOLEAN DEFAULT true",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cursors (
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
@@ -317,9 +324,14 @@ CATALOG_DDL = [
 
 
 CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, wide, position, stored, derived, "
-                   "colocated")
+                   "colocated, orphans")
 """``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
 TABLE, at the end: read them by name)."""
+
+def orphans_update_sql() -> str:
+    """Set a relation's ``orphans`` flag (parameters: the flag, the relation's name)."""
+    return f"UPDATE {SCHEMA}.relations SET orphans = ? WHERE name = ?"
+
 
 CATALOG_ROWS_SQL = f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY position"
 """The catalog's rows, for :func:`relation_from_row`, in declaration order."""
@@ -329,7 +341,7 @@ def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
             json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.wide, position,
-            rel.stored, rel.derived, rel.colocated]
+            rel.stored, rel.derived, rel.colocated, rel.orphans]
 
 
 def relation_from_row(row: tuple) -> Relation:
@@ -340,10 +352,11 @@ def relation_from_row(row: tuple) -> Relation:
     remote = kind in (RelationKind.REMOTE, RelationKind.SOURCE)
     derived = remote and (row[10] if len(row) > 10 else True)
     colocated = bool(row[11]) if len(row) > 11 else False
+    orphans = bool(row[12]) if len(row) > 12 else True  # unknown in a row written before it: assumed
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),
-                    derived=bool(derived), colocated=colocated)
+                    derived=bool(derived), colocated=colocated, orphans=orphans)
 
 
 def aug_ddl(rel: Relation) -> list[str]:

@@ -213,8 +213,9 @@ def empty_entries_sql() -> str:
 
 
 def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = False) -> str:
-    """One MERGE writing a batch's causal-length entries into ``_crr.cl``; it returns ``(id, rel, vis)``
-    of every entry it wrote: the entries that grew and the keyed versions whose visibility flipped.
+    """One MERGE writing a batch's causal-length entries into ``_crr.cl``; it returns ``(id, rel, vis,
+    new_entry)`` of every entry it wrote: the entries that grew and the keyed versions whose visibility
+    flipped, ``new_entry`` telling the ids that had no entry before (the MERGE inserted them).
     That is a superset of the flips (an entry growing from 1 to 3 stays visible), which only
     re-evaluates a few tuples more.
 
@@ -240,7 +241,13 @@ def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = Fa
             seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END
         WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
             VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, coalesce(d.vis, d.cl % 2 = 1), {int(seq)})
-        RETURNING id, rel, vis"""
+        RETURNING id, rel, vis, merge_action = 'INSERT' AS new_entry"""
+
+
+def tuples_without_entries_sql(tuples: str) -> str:
+    """How many rows of ``tuples`` (a table with an ``id`` column: a replicated table's ``$t``, or
+    tuples a merge added to it) have no entry in ``_crr.cl``."""
+    return f"SELECT count(*) FROM {tuples} t ANTI JOIN _crr.cl c ON c.id = t.id"
 
 
 def local_cl_merge_sql(local: LocalEntries, seq: int) -> str:

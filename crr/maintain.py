@@ -45,14 +45,14 @@ from sqlglot import exp
 
 from crr import aggregate, colocated, replica
 from crr.arrow_build import FALSE, int64_range, string_scalar
-from crr.batch_rows import Rows, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
+from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation
+from crr.catalog import Relation, orphans_update_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
-                        present_key_versions_sql)
+                        present_key_versions_sql, tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -136,6 +136,17 @@ def temp_table(name: str) -> str:
     return f"temp.main.{quote_ident(name)}"
 
 
+def base_tuples_insert_sql(rel: Relation, rows: Rows, seq: int, fresh: bool) -> str:
+    """One INSERT adding a merge's received tuples (``rows``) to a replicated table's ``$t`` and
+    returning them: those ``$t`` lacks (an anti-join), or all of them when the caller knows ``$t``
+    holds none (``fresh``: see :meth:`Maintainer._entries_new`; the anti-join probes every stored
+    tuple, 3-5 ms at 1M)."""
+    lacking = "" if fresh else f"ANTI JOIN {rel.aug('t')} t ON t.id = n.id"
+    return f"""INSERT INTO {rel.aug('t')}
+        SELECT n.id, {cols_sql(rel, 'n')}, {int(seq)} FROM {rows_sql(rel, rows)} n {lacking}
+        RETURNING id, {cols_sql(rel)}"""
+
+
 def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
     """MERGE of membership changes into the table of a relation's present tuples (its APP table, or
     an aggregate view's core rows). ``changes_sql`` yields the relation's AUG columns plus ``keep``
@@ -214,7 +225,10 @@ class Maintainer:
         self.new_arrow: dict[str, pa.Table] = {}  # relation -> its new monomials as Arrow, when one INSERT returned them
         self._written_by: dict[str, pa.Table] = {}  # base relation -> its rows of written_arrow (memo)
         self._all_new: dict[str, bool] = {}  # relation -> _written_all_new_to_replica (memo)
-        self.widened: list[str] = []  # relations whose first wide monomials this batch added (the site stages them)
+        # relations whose catalog entry this batch changed (first wide monomials, first tuples without
+        # entries), recorded in the file; the site stages them
+        self.marked: list[str] = []
+        self.new_entries: pa.ChunkedArray | None = None  # ids the causal-length MERGE inserted (no entry before)
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
@@ -262,7 +276,7 @@ class Maintainer:
         else:
             self._merge_cl(batch)
             for rel, rows in batch.base.items():
-                self._merge_base(self.rels[rel], rows_sql(self.rels[rel], rows), batch.local_write)
+                self._merge_base(self.rels[rel], rows, batch.local_write)
         for part in batch.colocated:
             with view_errors(part.view):
                 self._apply_colocated(part)
@@ -332,7 +346,8 @@ class Maintainer:
         if received is not None:
             merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, self._single_versions(received, CL)))
             self.result.cl_changed = merged.num_rows
-            written.append(merged)
+            self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
+            written.append(merged.select(["id", "rel", "vis"]))
         for part in batch.replicas:
             written.append(self._merge_replica(part))
         written = [w for w in written if w.num_rows]
@@ -391,7 +406,8 @@ class Maintainer:
         return quote_ident(view)
 
     # 2. base tuples -----------------------------------------------------------------------------
-    def _merge_base(self, rel: Relation, table: str, local: bool = False) -> None:
+    def _merge_base(self, rel: Relation, rows: Rows, local: bool = False) -> None:
+        table = rows_sql(rel, rows)
         if local:  # the written rows act as the delta; views drop the derivations they already hold
             n = self.x(f"""INSERT INTO {rel.aug('t')} SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq}
                            FROM {table} n ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
@@ -400,15 +416,38 @@ class Maintainer:
             return
         # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
         # (a changeset's tuples hold each id once: Changeset.validate refuses duplicates)
-        added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('t')}
-            SELECT n.id, {cols_sql(rel, 'n')}, {self.seq} FROM {table} n
-            ANTI JOIN {rel.aug('t')} t ON t.id = n.id
-            RETURNING id, {cols_sql(rel)}""")
+        fresh = self._entries_new(rel, rows)
+        added = arrow_rows(self.con, base_tuples_insert_sql(rel, rows, self.seq, fresh))
+        if not fresh and not rel.orphans:
+            self._note_orphans(rel, added)
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
             self.added_arrow[rel.name] = added
             self.fresh.add(rel.name)
             self.counts(rel.name).new_tuples += added.num_rows
+
+    def _entries_new(self, rel: Relation, rows: Rows) -> bool:
+        """Whether every received tuple of the replicated table ``rel`` has an id whose entry this
+        batch's causal-length MERGE inserted (:attr:`new_entries`), while ``$t`` holds no tuple without
+        an entry (:attr:`crr.catalog.Relation.orphans`): then ``$t`` holds none of them, and they
+        are added without looking in it."""
+        if rel.orphans or self.new_entries is None or rows.kind is not RowsKind.RECEIVED:
+            return False
+        return all_in(self.slots.table(rows.table).column(rows.id_column), self.new_entries)
+
+    def _note_orphans(self, rel: Relation, added: pa.Table) -> None:
+        """Mark ``rel`` (in the file and in this batch's catalog) when a tuple the merge added to its
+        ``$t`` has no entry in ``_crr.cl``: the tuple arrived before its entry. Looked up only for added
+        tuples whose entries the batch did not write."""
+        if self.written_arrow is not None and all_in(added.column("id"), self.written_arrow.column("id")):
+            return
+        if added.num_rows == 0:
+            return
+        slot = self._register(f"_crr_orphan_check_{rel.name}", added.select(["id"]))
+        if self.con.execute(tuples_without_entries_sql(slot)).fetchall()[0][0]:
+            self.x(orphans_update_sql(), [True, rel.name])
+            self.rels[rel.name] = dataclasses.replace(rel, orphans=True)
+            self.marked.append(rel.name)
 
     # 3. derived tuples received directly ----------------------------------------------------------
     def _merge_received(self, rel: Relation, tuples: str, monos: str | None) -> None:
@@ -620,7 +659,7 @@ class Maintainer:
         ones; return the relation as it is now (this batch's own view of the catalog; the site stages it)."""
         self.x("UPDATE _crr.relations SET wide = true WHERE name = ?", [rel.name])
         rel = self.rels[rel.name] = dataclasses.replace(rel, wide=True)
-        self.widened.append(rel.name)
+        self.marked.append(rel.name)
         return rel
 
     def _absorb(self, rel: Relation, newm: str) -> int:

@@ -427,7 +427,7 @@ class Site:
             m.populate(view)
         finally:
             m.cleanup(force=True)
-        self._stage_widened(m)
+        self._stage_marked(m)
         if m.result.changed:
             self._bump()
 
@@ -597,15 +597,15 @@ class Site:
             result = m.apply(batch, self._rels.views())
         finally:
             m.cleanup()
-        self._stage_widened(m)
+        self._stage_marked(m)
         if result.changed or changed:
             self._bump()
         return result
 
-    def _stage_widened(self, m: Maintainer) -> None:
-        """Stage the relations the maintainer marked wide (it recorded them in the file)."""
-        if m.widened:
-            self._stage(self._rels.with_(*(m.rels[name] for name in m.widened)))
+    def _stage_marked(self, m: Maintainer) -> None:
+        """Stage the relations whose catalog entry the maintainer changed (it recorded them in the file)."""
+        if m.marked:
+            self._stage(self._rels.with_(*(m.rels[name] for name in m.marked)))
 
     def _uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
         """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard

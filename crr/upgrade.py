@@ -16,14 +16,18 @@ Steps, each from one version to the next:
 * 4 -> 5: a stored narrow relation becomes a replica (:mod:`crr.replica`): its tuples (from ``$m``,
   in either layout version 4 knew) and its entries (from ``_crr.cl``) move into one ``$e`` table,
   and ``$m`` becomes a view of it.
+* 5 -> 6: the catalog gains ``orphans`` (:attr:`crr.catalog.Relation.orphans`), added as true for
+  every relation by :data:`crr.catalog.CATALOG_DDL`; a replicated table's is set to whether its
+  ``$t`` holds a tuple without an entry in ``_crr.cl``, one anti-join per table.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, aug_table, relation_from_row,
-                         replica_table_ddl, replica_view_ddl)
+from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, aug_table, orphans_update_sql,
+                         relation_from_row, replica_table_ddl, replica_view_ddl)
+from crr.causal import tuples_without_entries_sql
 from crr.merge import DERIVED_UPDATE_SQL
 from crr.replica import convert_sql
 
@@ -82,4 +86,10 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
             for stmt in convert_sql(rel, rel.aug("m")):
                 con.execute(stmt)
             con.execute(replica_view_ddl(rel))
+        version = 5
+    if version == 5:
+        for rel in (relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()):
+            if rel.is_base:
+                orphans = con.execute(tuples_without_entries_sql(rel.aug("t"))).fetchall()[0][0] > 0
+                con.execute(orphans_update_sql(), [orphans, rel.name])
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])
