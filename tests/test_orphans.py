@@ -160,3 +160,17 @@ def test_a_version_5_file_gets_each_tables_mark_from_its_tuples(tmp_path):
     assert [n for _, n in tuple_rows(site, "r")] == [1, 1, 1]
     assert app(site, "v") == [(20, "one"), (21, "two"), (22, "one")]
     site.close()
+
+
+def test_a_local_insert_of_a_row_whose_tuple_arrived_without_its_entry_stores_it_once(base, tmp_path):
+    """The point path writes a new key's entry, tuple and APP row without a lookup
+    (``PointWrite._insert_new``) only while the table holds no tuple without an entry. Here the
+    tuple of (8, 1) arrived without its entry and the same row is then inserted locally. Fails if
+    the point path skipped the lookup for a marked table (the tuple would be stored twice)."""
+    site = view_site(tmp_path / "v.db")
+    base.execute("INSERT INTO r VALUES (8, 1)")
+    site.merge(without_entries(base.changes()))
+    assert site.relation("r").orphans
+    site.execute("INSERT INTO r VALUES (?, ?)", [8, 1])
+    assert [n for _, n in tuple_rows(site, "r")] == [1]
+    assert app(site, "r") == [(8, 1)] and app(site, "v") == [(8, "one")]
