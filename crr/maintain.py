@@ -946,10 +946,12 @@ class Maintainer:
         counts = self.counts(rel.name)
         flips = f"(SELECT id, vis FROM {self.flips} WHERE rel = {quote_str(rel.name)})"
         if new is not None:
-            if flipped:  # new tuples with entries in this batch, and those whose entries came earlier
-                visible = (f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN {flips} f ON f.id = n.id WHERE f.vis "
-                           f"UNION ALL SELECT {cols_sql(rel, 'n')} FROM {new} n ANTI JOIN {flips} f ON f.id = n.id "
-                           f"JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
+            with_flips = f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN {flips} f ON f.id = n.id WHERE f.vis"
+            if flipped and self._new_ids_written(rel.name):  # every new tuple's entry is in this batch
+                visible = with_flips
+            elif flipped:  # new tuples with entries in this batch, and those whose entries came earlier
+                visible = (f"{with_flips} UNION ALL SELECT {cols_sql(rel, 'n')} FROM {new} n ANTI JOIN {flips} f "
+                           f"ON f.id = n.id JOIN _crr.cl c ON c.id = n.id WHERE c.vis")
             else:
                 visible = f"SELECT {cols_sql(rel, 'n')} FROM {new} n JOIN _crr.cl c ON c.id = n.id WHERE c.vis"
             counts.inserted += apply_app_changes(self.con, rel, visible, AppPatch.INSERT)[0]
