@@ -393,10 +393,12 @@ class PointWrite:
         tuples = list({r.id: r for r in news if not r.stored}.values())
         if tuples:
             self._run(tuples_insert_sql(rel, len(tuples)), [p for r in tuples for p in (r.id, *r.values, seq)])
-        # the APP table equals the visible state: rows whose visibility flipped appear or leave
+        # the APP table equals the visible state: rows whose visibility flipped appear or leave, and
+        # so do rows whose visible entry came before their tuple (from a merge), which the write adds
         flipped = {e.id for e in entries.values() if e.vis != e.old_vis}
         gone = list({r.id: r for r in olds if r.id in flipped and not entries[r.id].vis}.values())
-        came = list({r.id: r for r in news if r.id in flipped and entries[r.id].vis}.values())
+        came = list({r.id: r for r in news if (r.id in flipped and entries[r.id].vis)
+                     or (not r.stored and r.id not in entries and _visible_entry(r))}.values())
         if len(gone) == 1 and len(came) == 1:
             self._run(app_update_sql(rel), [*came[0].values, *gone[0].values])
         else:
@@ -405,6 +407,11 @@ class PointWrite:
             if came:
                 self._run(app_insert_sql(rel, len(came)), [v for r in came for v in r.values])
         return bool(entries or tuples)
+
+
+def _visible_entry(row: _Row) -> bool:
+    """Whether the site's entry of the row's own id (looked up with its key's versions) is visible."""
+    return any(vid == row.id and vvis for vid, _, _, vvis, _ in row.versions)
 
 
 def _check_not_null(rel: Relation, news: list[_Row]) -> None:

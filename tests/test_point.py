@@ -436,3 +436,31 @@ def test_a_large_update_with_a_random_where_rewrites_exactly_the_rows_it_removes
     assert [k for k, _ in rows] == list(range(n))  # every key still has exactly one row
     assert 0 < updated < n and sum(x >= 1 for _, x in rows) == updated
     assert replica.execute("SELECT * FROM t ORDER BY k") == rows
+
+
+@pytest.mark.parametrize("path", [
+    "point",
+    pytest.param("batch", marks=pytest.mark.xfail(strict=True, reason=(
+        "known, not fixed yet: a batch write (crr.writes) takes its APP rows from the entries it "
+        "grows, and this row's entry is already visible"))),
+])
+def test_a_local_insert_of_a_row_whose_visible_entry_came_first_shows_it(path: str) -> None:
+    """Site b learns r's entry of (1, 1) through a remote view's lineage, without the tuple, then
+    inserts the same row locally: the entry is visible already, so nothing flips, but the tuple is
+    new here and the APP table must show it (it did not: the write put only flipped rows in APP,
+    and the sites never converged). Fails if the point path adds only flipped rows."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    a.execute("CREATE REPLICATED TABLE r (k INTEGER, g INTEGER)")
+    a.execute("CREATE MATERIALIZED VIEW av AS SELECT k, g FROM r")
+    a.execute("INSERT INTO r VALUES (1, 1)")
+    b.execute("CREATE REPLICATED TABLE r (k INTEGER, g INTEGER)")
+    b.execute("CREATE REMOTE TABLE av (k INTEGER, g INTEGER)")
+    b.merge(a.changes(relations=["av"]))  # r's entry arrives in av's lineage, r's tuple does not
+    assert app(b, "r") == []
+    if path == "point":
+        b.execute("INSERT INTO r VALUES (?, ?)", [1, 1])
+    else:
+        b.insert_many("r", [(1, 1)] * (point.POINT_ROWS + 1))  # more rows than the point path takes
+    assert app(b, "r") == [(1, 1)]
+    b.merge(a.changes())
+    assert app(b, "r") == app(a, "r") == [(1, 1)]
