@@ -352,7 +352,7 @@ def relation_from_row(row: tuple) -> Relation:
     remote = kind in (RelationKind.REMOTE, RelationKind.SOURCE)
     derived = remote and (row[10] if len(row) > 10 else True)
     colocated = bool(row[11]) if len(row) > 11 else False
-    orphans = bool(row[12]) if len(row) > 12 else True  # unknown in a row written before it: assumed
+    orphans = row[12] is not False if len(row) > 12 else True  # unknown (a row written before it, NULL): assumed
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=json.loads(key), not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),

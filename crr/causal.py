@@ -253,13 +253,14 @@ def tuples_without_entries_sql(tuples: str) -> str:
 def local_cl_merge_sql(local: LocalEntries, seq: int) -> str:
     """One MERGE writing a local write's exact growing entries (:class:`LocalEntries`): each replaces
     or adds its id's entry, visible exactly when its length is odd (a write's own version of a key is
-    its key's newest)."""
+    its key's newest). It returns the ids it wrote."""
     assert local.table is not None
     vis = "(d.cl % 2 = 1)"
     return f"""MERGE INTO _crr.cl AS c USING {local.table} AS d ON c.id = d.id
         WHEN MATCHED THEN UPDATE SET cl = d.cl, stamp = d.stamp, vis = {vis}, seq = {int(seq)}
         WHEN NOT MATCHED THEN INSERT (id, rel, cl, kh, stamp, vis, seq)
-            VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {int(seq)})"""
+            VALUES (d.id, d.rel, d.cl, d.kh, d.stamp, {vis}, {int(seq)})
+        RETURNING id"""
 
 
 def local_flips_sql(local: LocalEntries) -> str:

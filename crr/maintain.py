@@ -229,6 +229,8 @@ class Maintainer:
         # entries), recorded in the file; the site stages them
         self.marked: list[str] = []
         self.new_entries: pa.ChunkedArray | None = None  # ids the causal-length MERGE inserted (no entry before)
+        self.local_written: pa.ChunkedArray | None = None  # ids of the entries a local batch write wrote
+        self.local_added: dict[str, pa.ChunkedArray] = {}  # replicated table -> ids of the tuples a local batch write added
         self.lineage: dict[str, set[str]] = {}  # relation -> base relations in its lineage (set by the site)
         self.sql_cache: dict[tuple, tuple[str, bool]] = {}  # generated delta SQL (kept by the site across batches)
         self._temps: list[str] = []
@@ -396,7 +398,7 @@ class Maintainer:
         self.result.cl_changed = local.changes
         if local.changes == 0:
             return
-        self.x(local_cl_merge_sql(local, self.seq))
+        self.local_written = arrow_rows(self.con, local_cl_merge_sql(local, self.seq)).column("id")
         self.flips, self.flipped_rels = local_flips_sql(local), {local.relation}
 
     def _register(self, name: str, table: pa.Table) -> str:
@@ -409,10 +411,12 @@ class Maintainer:
     def _merge_base(self, rel: Relation, rows: Rows, local: bool = False) -> None:
         table = rows_sql(rel, rows)
         if local:  # the written rows act as the delta; views drop the derivations they already hold
-            n = self.x(f"""INSERT INTO {rel.aug('t')} SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq}
-                           FROM {table} n ANTI JOIN {rel.aug('t')} t ON t.id = n.id""")
+            added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('t')}
+                SELECT DISTINCT ON (n.id) n.id, {cols_sql(rel, 'n')}, {self.seq}
+                FROM {table} n ANTI JOIN {rel.aug('t')} t ON t.id = n.id RETURNING id""")
             self.new_base[rel.name] = table
-            self.counts(rel.name).new_tuples += n
+            self.local_added[rel.name] = added.column("id")
+            self.counts(rel.name).new_tuples += added.num_rows
             return
         # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
         # (a changeset's tuples hold each id once: Changeset.validate refuses duplicates)
@@ -940,6 +944,7 @@ class Maintainer:
             counts = self.counts(rel.name)
             counts.inserted += ins
             counts.deleted += dele
+            counts.inserted += self._insert_late_tuples(rel)
             return
         flipped = rel.name in self.flipped_rels
         new = self.new_base.get(rel.name)
@@ -963,6 +968,21 @@ class Maintainer:
                                                  f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
             counts.inserted += ins
             counts.deleted += dele
+
+    def _insert_late_tuples(self, rel: Relation) -> int:
+        """APP rows of the tuples a local batch write stored whose entries it did not write, visible
+        already: their entries came first (a merge brought them in a remote relation's lineage), so
+        no visibility flipped, but the tuple is new here. Decided on the Arrow results (no statement
+        when every stored tuple's entry was written, as for any row new to the site)."""
+        added = self.local_added.get(rel.name)
+        if added is None or len(added) == 0:
+            return 0
+        if self.local_written is not None and all_in(added, self.local_written):
+            return 0
+        late = added if self.local_written is None else pc.filter(added, pc.is_null(index_in(added, self.local_written)))
+        slot = self._register(f"_crr_late_{rel.name}", pa.table({"id": late}))
+        return apply_app_changes(self.con, rel, f"""SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t
+            JOIN {slot} l ON l.id = t.id JOIN _crr.cl c ON c.id = t.id WHERE c.vis""", AppPatch.INSERT)[0]
 
     def _written_all_new_to_replica(self, relation: str) -> bool:
         """Whether every id of the base relation ``relation`` whose entry this batch wrote is a tuple

@@ -438,17 +438,13 @@ def test_a_large_update_with_a_random_where_rewrites_exactly_the_rows_it_removes
     assert replica.execute("SELECT * FROM t ORDER BY k") == rows
 
 
-@pytest.mark.parametrize("path", [
-    "point",
-    pytest.param("batch", marks=pytest.mark.xfail(strict=True, reason=(
-        "known, not fixed yet: a batch write (crr.writes) takes its APP rows from the entries it "
-        "grows, and this row's entry is already visible"))),
-])
+@pytest.mark.parametrize("path", ["point", "batch"])
 def test_a_local_insert_of_a_row_whose_visible_entry_came_first_shows_it(path: str) -> None:
     """Site b learns r's entry of (1, 1) through a remote view's lineage, without the tuple, then
     inserts the same row locally: the entry is visible already, so nothing flips, but the tuple is
     new here and the APP table must show it (it did not: the write put only flipped rows in APP,
-    and the sites never converged). Fails if the point path adds only flipped rows."""
+    and the sites never converged). Fails if the point path, or the batch path
+    (``Maintainer._insert_late_tuples``), adds only flipped rows."""
     a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
     a.execute("CREATE REPLICATED TABLE r (k INTEGER, g INTEGER)")
     a.execute("CREATE MATERIALIZED VIEW av AS SELECT k, g FROM r")
