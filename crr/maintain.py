@@ -422,13 +422,13 @@ class Maintainer:
         # (a changeset's tuples hold each id once: Changeset.validate refuses duplicates)
         fresh = self._entries_new(rel, rows)
         added = arrow_rows(self.con, base_tuples_insert_sql(rel, rows, self.seq, fresh))
-        if not fresh and not rel.orphans:
-            self._note_orphans(rel, added)
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
             self.added_arrow[rel.name] = added
             self.fresh.add(rel.name)
             self.counts(rel.name).new_tuples += added.num_rows
+            if not fresh and not rel.orphans:
+                self._note_orphans(rel)
 
     def _entries_new(self, rel: Relation, rows: Rows) -> bool:
         """Whether every received tuple of the replicated table ``rel`` has an id whose entry this
@@ -439,16 +439,13 @@ class Maintainer:
             return False
         return all_in(self.slots.table(rows.table).column(rows.id_column), self.new_entries)
 
-    def _note_orphans(self, rel: Relation, added: pa.Table) -> None:
+    def _note_orphans(self, rel: Relation) -> None:
         """Mark ``rel`` (in the file and in this batch's catalog) when a tuple the merge added to its
-        ``$t`` has no entry in ``_crr.cl``: the tuple arrived before its entry. Looked up only for added
-        tuples whose entries the batch did not write."""
-        if self.written_arrow is not None and all_in(added.column("id"), self.written_arrow.column("id")):
+        ``$t`` (:attr:`new_base`) has no entry in ``_crr.cl``: the tuple arrived before its entry.
+        Looked up only when the batch did not write every added tuple's entry."""
+        if self._new_ids_written(rel.name):
             return
-        if added.num_rows == 0:
-            return
-        slot = self._register(f"_crr_orphan_check_{rel.name}", added.select(["id"]))
-        if self.con.execute(tuples_without_entries_sql(slot)).fetchall()[0][0]:
+        if self.con.execute(tuples_without_entries_sql(self.new_base[rel.name])).fetchall()[0][0]:
             self.x(orphans_update_sql(), [True, rel.name])
             self.rels[rel.name] = dataclasses.replace(rel, orphans=True)
             self.marked.append(rel.name)
@@ -767,8 +764,10 @@ class Maintainer:
 
     def _new_ids_written(self, relation: str) -> bool:
         """Whether every id of the monomials this batch added to ``relation`` has an entry this batch
-        wrote (in :attr:`written_arrow`); False when those monomials are not at hand as Arrow."""
-        assert self.written_arrow is not None
+        wrote (in :attr:`written_arrow`); False when those monomials or the entries are not at hand
+        as Arrow."""
+        if self.written_arrow is None:
+            return False
         if self._single_id(relation):
             ids = self._new_to_replica(relation)
         elif relation in self.new_arrow:
@@ -977,9 +976,9 @@ class Maintainer:
         added = self.local_added.get(rel.name)
         if added is None or len(added) == 0:
             return 0
-        if self.local_written is not None and all_in(added, self.local_written):
-            return 0
         late = added if self.local_written is None else pc.filter(added, pc.is_null(index_in(added, self.local_written)))
+        if len(late) == 0:
+            return 0
         slot = self._register(f"_crr_late_{rel.name}", pa.table({"id": late}))
         return apply_app_changes(self.con, rel, f"""SELECT {cols_sql(rel, 't')} FROM {rel.aug('t')} t
             JOIN {slot} l ON l.id = t.id JOIN _crr.cl c ON c.id = t.id WHERE c.vis""", AppPatch.INSERT)[0]
