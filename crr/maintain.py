@@ -51,8 +51,9 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation, orphans_update_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
-from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, local_cl_merge_sql, local_flips_sql,
-                        present_key_versions_sql, tuples_without_entries_sql)
+from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, first_entries_insert_sql,
+                        local_cl_merge_sql, local_flips_sql, present_key_versions_sql, takes_first_insert,
+                        tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -346,7 +347,13 @@ class Maintainer:
         written = []
         received = batch.received
         if received is not None:
-            merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, self._single_versions(received, CL)))
+            single = self._single_versions(received, CL)
+            if takes_first_insert(received, single):
+                merged = arrow_rows(self.con, first_entries_insert_sql(received, self.seq))
+                if merged.num_rows < received.count:  # some ids were stored: the MERGE takes those
+                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
+            else:
+                merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
@@ -366,7 +373,15 @@ class Maintainer:
         entries it wrote, ``(id, rel, vis)`` (a superset of the flips)."""
         rel = self.rels[part.relation]
         single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
-        returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
+        if part.entries is not None and takes_first_insert(part.entries, single):
+            returned = arrow_rows(self.con, replica.first_insert_sql(rel, part, self.seq))
+            tuples = self.slots.table(part.tuples.table).num_rows if part.tuples is not None else 0
+            if (pc.sum(pc.greater(returned.column("cl"), 0)).as_py() or 0) < part.entries.count or \
+                    (pc.sum(pc.is_valid(returned.column("tseq"))).as_py() or 0) < tuples:
+                # some ids were stored: the MERGE takes those
+                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
+        else:
+            returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
         grew = pc.and_(pc.equal(returned.column("seq"), self.seq), pc.greater(returned.column("cl"), 0))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), self.seq)).select(["id"])

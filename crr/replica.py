@@ -58,6 +58,44 @@ def home(rel: Relation) -> EntryHome:
     return EntryHome(rel.aug("e"), rel.name)
 
 
+def _received_rows_sql(rel: Relation, batch: ReplicaBatch, single_versions: bool) -> str:
+    """FROM text of a batch's rows for the replica's ``$e``, one per id it brings: ``(id, rel, cl, kh,
+    stamp, vis, grew, has_tuple, cols...)``, the entry (checked as :func:`crr.causal.cl_merge_sql`
+    reads entries; NULL where the batch brings the tuple alone) beside the tuple's values (NULL where
+    it brings the entry alone)."""
+    cols = [c.name for c in rel.aug_columns]
+    if batch.entries is not None:
+        entries = f"({entry_delta_sql(batch.entries, home(rel), single_versions)})"
+    else:
+        entries = f"({empty_entries_sql()})"
+    if batch.tuples is not None:
+        tuples = f"(SELECT vid AS id, {cols_sql(rel)} FROM {rows_sql(rel, batch.tuples)})"
+    else:
+        tuples = "(SELECT NULL::UHUGEINT AS id, " + ", ".join(f"NULL::{c.type} AS {c.name}"
+                                                             for c in rel.aug_columns) + " WHERE false)"
+    return f"""(SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
+                   x.id IS NOT NULL AS has_tuple, {', '.join(f'x.{c}' for c in cols)}
+            FROM {entries} e FULL JOIN {tuples} x ON x.id = e.id)"""
+
+
+def _new_row_sql(rel: Relation, seq: int) -> str:
+    """The ``$e`` row of a received row ``d`` (:func:`_received_rows_sql`) whose id the replica holds no
+    row of: ``(id, cl, kh, stamp, vis, seq, cols..., tseq)``."""
+    return f"""d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
+                    coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
+                    {', '.join(f'd.{c.name}' for c in rel.aug_columns)}, CASE WHEN d.has_tuple THEN {int(seq)} END"""
+
+
+def _row_columns(rel: Relation) -> str:
+    """``$e``'s columns, in :func:`_new_row_sql`'s order."""
+    return f"id, cl, kh, stamp, vis, seq, {', '.join(c.name for c in rel.aug_columns)}, tseq"
+
+
+def _returned_sql(rel: Relation) -> str:
+    """What the replica's MERGE and first INSERT return of each row they write."""
+    return f"RETURNING id, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq"
+
+
 def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
     """One MERGE writing a batch's entries and tuples into the replica's ``$e``; it returns every row it
     wrote as ``(id, rel, vis, cl, seq, tseq)``: the tuples it added are the rows with ``tseq`` =
@@ -72,15 +110,6 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
     alone keeps its entry's visibility (a keyed version's ``vis`` is not its parity)."""
     e = rel.aug("e")
     cols = [c.name for c in rel.aug_columns]
-    if batch.entries is not None:
-        entries = f"({entry_delta_sql(batch.entries, home(rel), single_versions)})"
-    else:
-        entries = f"({empty_entries_sql()})"
-    if batch.tuples is not None:
-        tuples = f"(SELECT vid AS id, {cols_sql(rel)} FROM {rows_sql(rel, batch.tuples)})"
-    else:
-        tuples = "(SELECT NULL::UHUGEINT AS id, " + ", ".join(f"NULL::{c.type} AS {c.name}"
-                                                             for c in rel.aug_columns) + " WHERE false)"
     cl = "greatest(c.cl, d.cl)"
     grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"
     new_tuple = "(c.tseq IS NULL AND d.has_tuple)"
@@ -89,19 +118,26 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
     entry = f"""cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
             vis = CASE WHEN d.cl IS NULL THEN c.vis ELSE coalesce(d.vis, {cl} % 2 = 1) END,
             seq = CASE WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END"""
-    return f"""MERGE INTO {e} AS c USING (
-            SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
-                   x.id IS NOT NULL AS has_tuple, {', '.join(f'x.{c}' for c in cols)}
-            FROM {entries} e FULL JOIN {tuples} x ON x.id = e.id) AS d ON c.id = d.id
+    return f"""MERGE INTO {e} AS c USING {_received_rows_sql(rel, batch, single_versions)} AS d ON c.id = d.id
         WHEN MATCHED AND {FORGED_IN_HOME} THEN UPDATE SET seq = CASE WHEN {FORGED_IN_HOME} THEN {FORGED_ENTRIES} ELSE c.seq END
         WHEN MATCHED AND {new_tuple} THEN UPDATE SET {entry},
             {', '.join(f'{c} = d.{c}' for c in cols)}, tseq = {int(seq)}
         WHEN MATCHED AND {grows} THEN UPDATE SET {entry}
-        WHEN NOT MATCHED THEN INSERT (id, cl, kh, stamp, vis, seq, {', '.join(cols)}, tseq)
-            VALUES (d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
-                    coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
-                    {', '.join(f'd.{c}' for c in cols)}, CASE WHEN d.has_tuple THEN {int(seq)} END)
-        RETURNING id, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq"""
+        WHEN NOT MATCHED THEN INSERT ({_row_columns(rel)})
+            VALUES ({_new_row_sql(rel, seq)})
+        {_returned_sql(rel)}"""
+
+
+def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
+    """One INSERT adding to the replica's ``$e`` the batch's rows whose ids it holds no row of, in place
+    of :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it
+    returns what that MERGE returns for them. The rows it finds stored are left to the MERGE, which
+    the caller runs after it when the INSERT did not write every received entry and tuple (see
+    :func:`crr.causal.first_entries_insert_sql`: the same reasoning, the same checks)."""
+    return f"""INSERT INTO {rel.aug('e')} ({_row_columns(rel)})
+        SELECT {_new_row_sql(rel, seq)}
+        FROM {_received_rows_sql(rel, batch, True)} d ANTI JOIN {rel.aug('e')} c ON c.id = d.id
+        {_returned_sql(rel)}"""
 
 
 def added_tuples_sql(rel: Relation, added: Rows) -> str:
