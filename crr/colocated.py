@@ -138,6 +138,41 @@ def derivations_sql(view: Relation, source: Relation, tuples: Rows) -> str:
                FROM ({plan.sql('duckdb')}) p"""
 
 
+def _received_rows_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, single_versions: bool) -> str:
+    """FROM text of a batch's rows for the view's ``$w``, one per id it brings: ``(id, rel, cl, kh,
+    stamp, vis, grew, vid, cols...)``, the source's entry (checked as :func:`crr.causal.cl_merge_sql`
+    reads entries; NULL where the batch brings the tuple alone) beside the tuple's derivation (NULL
+    where it brings the entry alone, or the tuple derives nothing)."""
+    if batch.entries is not None:
+        entries = f"({entry_delta_sql(batch.entries, home(view, batch.source), single_versions)})"
+    else:
+        entries = f"({empty_entries_sql()})"
+    derived = f"({derivations})" if derivations is not None else (
+        f"(SELECT NULL::UHUGEINT AS id, NULL::UHUGEINT AS vid, "
+        + ", ".join(f"NULL::{c.type} AS {c.name}" for c in view.aug_columns) + " WHERE false)")
+    return f"""(SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
+                   x.vid, {', '.join(f'x.{c.name}' for c in view.aug_columns)}
+            FROM {entries} e FULL JOIN {derived} x ON x.id = e.id)"""
+
+
+def _row_columns(view: Relation) -> str:
+    """``$w``'s columns, in :func:`_new_row_sql`'s order."""
+    return f"id, cl, kh, stamp, vis, seq, vid, {', '.join(c.name for c in view.aug_columns)}, dseq"
+
+
+def _new_row_sql(view: Relation, seq: int) -> str:
+    """The ``$w`` row of a received row ``d`` (:func:`_received_rows_sql`) whose id the view holds no
+    row of."""
+    return f"""d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
+                    coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
+                    d.vid, {', '.join(f'd.{c.name}' for c in view.aug_columns)}, CASE WHEN d.vid IS NULL THEN NULL ELSE {int(seq)} END"""
+
+
+def _returned_sql(view: Relation) -> str:
+    """What the view's MERGE and first INSERT return of each row they write."""
+    return f"RETURNING vid, vis, cl, seq, dseq, {', '.join(c.name for c in view.aug_columns)}"
+
+
 def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int, single_versions: bool) -> str:
     """One MERGE writing a batch's entries and derivations into the view's ``$w`` table; it returns
     ``(vid, vis, cl, seq, dseq, c0, ...)`` of every row it wrote (see the module docstring).
@@ -146,21 +181,11 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
     same forms; ``single_versions`` as there); a derivation is added to a row that has none. ``seq``
     marks the entries that grew and ``dseq`` the derivations added."""
     w = view.aug("w")
-    if batch.entries is not None:
-        entries = f"({entry_delta_sql(batch.entries, home(view, batch.source), single_versions)})"
-    else:
-        entries = f"({empty_entries_sql()})"
-    derived = f"({derivations})" if derivations is not None else (
-        f"(SELECT NULL::UHUGEINT AS id, NULL::UHUGEINT AS vid, "
-        + ", ".join(f"NULL::{c.type} AS {c.name}" for c in view.aug_columns) + " WHERE false)")
     cols = [c.name for c in view.aug_columns]
     cl = "greatest(c.cl, d.cl)"
     grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"
     new_derivation = "(c.vid IS NULL AND d.vid IS NOT NULL)"
-    return f"""MERGE INTO {w} AS c USING (
-            SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
-                   x.vid, {', '.join(f'x.{c}' for c in cols)}
-            FROM {entries} e FULL JOIN {derived} x ON x.id = e.id) AS d ON c.id = d.id
+    return f"""MERGE INTO {w} AS c USING {_received_rows_sql(view, batch, derivations, single_versions)} AS d ON c.id = d.id
         WHEN MATCHED AND {FORGED_IN_HOME} THEN UPDATE SET seq = CASE WHEN {FORGED_IN_HOME} THEN {FORGED_ENTRIES} ELSE c.seq END
         WHEN MATCHED AND ({grows} OR {new_derivation}) THEN UPDATE SET
             cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
@@ -169,11 +194,21 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
             vid = coalesce(c.vid, d.vid),
             {', '.join(f'{c} = CASE WHEN c.vid IS NULL THEN d.{c} ELSE c.{c} END' for c in cols)},
             dseq = CASE WHEN {new_derivation} THEN {int(seq)} ELSE c.dseq END
-        WHEN NOT MATCHED THEN INSERT (id, cl, kh, stamp, vis, seq, vid, {', '.join(cols)}, dseq)
-            VALUES (d.id, coalesce(d.cl, 0), d.kh, coalesce(d.stamp, 0::UHUGEINT),
-                    coalesce(d.vis, coalesce(d.cl, 0) % 2 = 1), CASE WHEN d.cl IS NULL THEN 0 ELSE {int(seq)} END,
-                    d.vid, {', '.join(f'd.{c}' for c in cols)}, CASE WHEN d.vid IS NULL THEN NULL ELSE {int(seq)} END)
-        RETURNING vid, vis, cl, seq, dseq, {', '.join(cols)}"""
+        WHEN NOT MATCHED THEN INSERT ({_row_columns(view)})
+            VALUES ({_new_row_sql(view, seq)})
+        {_returned_sql(view)}"""
+
+
+def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int) -> str:
+    """One INSERT adding to the view's ``$w`` the batch's rows whose ids it holds no row of, in place of
+    :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it returns
+    what that MERGE returns for them. The rows it finds stored are left to the MERGE, which the caller
+    runs after it when some received entry was not written, or some received tuple has no entry in
+    the batch (its row may be stored: see :func:`crr.causal.first_entries_insert_sql`)."""
+    return f"""INSERT INTO {view.aug('w')} ({_row_columns(view)})
+        SELECT {_new_row_sql(view, seq)}
+        FROM {_received_rows_sql(view, batch, derivations, True)} d ANTI JOIN {view.aug('w')} c ON c.id = d.id
+        {_returned_sql(view)}"""
 
 
 def app_insert_sql(view: Relation, returned: str) -> str:

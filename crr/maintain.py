@@ -375,10 +375,7 @@ class Maintainer:
         single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
         if part.entries is not None and takes_first_insert(part.entries, single):
             returned = arrow_rows(self.con, replica.first_insert_sql(rel, part, self.seq))
-            tuples = self.slots.table(part.tuples.table).num_rows if part.tuples is not None else 0
-            if (pc.sum(pc.greater(returned.column("cl"), 0)).as_py() or 0) < part.entries.count or \
-                    (pc.sum(pc.is_valid(returned.column("tseq"))).as_py() or 0) < tuples:
-                # some ids were stored: the MERGE takes those
+            if self._some_stored(returned, part.entries, part.tuples):
                 returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
         else:
             returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
@@ -400,6 +397,18 @@ class Maintainer:
             self.counts(rel.name).new_monomials += added.num_rows
             self.widths[rel.name] = (1, 1)
         return returned.filter(pc.greater(returned.column("cl"), 0)).select(["id", "rel", "vis"])
+
+    def _some_stored(self, written: pa.Table, entries: ReceivedEntries, tuples: Rows | None) -> bool:
+        """After a first-insert INSERT into a replica's or co-located view's table (``written``: the rows
+        it returned, ``cl`` 0 where it wrote a tuple alone), whether the batch may hold an id the table
+        had a row of, which the MERGE must then take: some received entry was not written, or some
+        received tuple has no entry in the batch (its row may have come before)."""
+        if (pc.sum(pc.greater(written.column("cl"), 0)).as_py() or 0) < entries.count:
+            return True
+        if tuples is None:
+            return False
+        received = self.slots.table(tuples.table).column(tuples.id_column)
+        return not all_in(received, self.slots.table(entries.table).column("id"))
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
@@ -500,7 +509,13 @@ class Maintainer:
             if key not in self.sql_cache:  # (the flag is _run_view's "one plan over base tuples"; unused here)
                 self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
-        returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
+        if part.entries is not None and takes_first_insert(part.entries, single):
+            returned = arrow_rows(self.con, colocated.first_insert_sql(view, part, derivations, self.seq))
+            if self._some_stored(returned, part.entries, part.tuples):
+                returned = pa.concat_tables([
+                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
+        else:
+            returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
             return
         seq = pc.equal(returned.column("seq"), self.seq)

@@ -94,3 +94,62 @@ def test_a_replica_takes_a_later_stamp_arriving_without_its_tuple() -> None:
     sync(second, r, "big")  # t's entries, without t's tuples
     sync(second, first)
     assert _entries(r, '_crr."t$e"') == _entries(first, "_crr.cl")
+
+
+def test_a_co_located_view_takes_the_later_stamp_of_a_row_two_sites_inserted() -> None:
+    """A co-located view's table (crr.colocated) receives the shared row from one site, then from the
+    other beside a row it lacks. Fails if the first-insert INSERT took the batch without the MERGE for
+    the id the table held (the entry would keep the first site's stamp), or stored the id twice."""
+    sites = []
+    for name in ("a", "b"):
+        s = crr.Site(site_id=name)
+        s.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+        sites.append(s)
+    a, b = sites
+    v = crr.Site(site_id="v")
+    v.execute("CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c VARCHAR)")
+    v.execute("CREATE MATERIALIZED VIEW p AS SELECT b, c FROM r WHERE b > 0")
+    assert v.relation("p").colocated
+    a.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    b.execute("INSERT INTO r VALUES (1, 1, 'x'), (3, 3, 'b')")
+    first, second = (a, b) if a.execute("SELECT max(stamp) FROM _crr.cl")[0][0] < b.execute(
+        "SELECT min(stamp) FROM _crr.cl")[0][0] else (b, a)
+    sync(first, v, "r")
+    sync(second, v, "r")
+    sync(second, first)
+    got = v.execute('SELECT id, cl, stamp, vis FROM _crr."p$w" WHERE cl > 0 ORDER BY id')
+    assert got == first.execute("SELECT id, cl, stamp, vis FROM _crr.cl ORDER BY id")
+    assert v.execute('SELECT count(*), count(DISTINCT id) FROM _crr."p$w"') == [(2, 2)]
+
+
+@pytest.mark.parametrize("layout", ["replica", "co-located"])
+def test_a_tuple_whose_entry_came_before_it_is_added_beside_first_inserts(layout: str) -> None:
+    """Entries of r arrive alone first (a changeset without its tuples); then a changeset brings those
+    tuples without their entries, beside a new row with its entry. Every entry in that batch is new,
+    so only the tuple without an entry tells that the table holds its row: fails if the first-insert
+    INSERT were taken alone (the tuple's row would stay without values, and the view without it)."""
+    base = crr.Site(site_id="base")
+    base.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+    v = crr.Site(site_id="v")
+    if layout == "replica":
+        v.execute("CREATE REMOTE TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+        v.execute("CREATE MATERIALIZED VIEW p AS SELECT b, c FROM r WHERE b > 0")
+        assert v.relation("r").replica
+    else:
+        v.execute("CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c VARCHAR)")
+        v.execute("CREATE MATERIALIZED VIEW p AS SELECT b, c FROM r WHERE b > 0")
+        assert v.relation("p").colocated
+    base.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    entries_only = base.changes()
+    for rc in entries_only.relations:
+        rc.tuples = rc.tuples.slice(0, 0)
+    v.merge(entries_only.to_bytes())
+    assert app(v, "p") == []
+    base.execute("INSERT INTO r VALUES (3, 3, 'b')")
+    cs = base.changes()
+    first_id = entries_only.cl.column("id")[0]
+    keep = [i for i, x in enumerate(cs.cl.column("id")) if x != first_id]
+    cs.cl = cs.cl.take(keep)  # the new row's entry only, with both tuples
+    assert cs.cl.num_rows == 1
+    v.merge(cs.to_bytes())
+    assert app(v, "p") == [(1, "x"), (3, "b")]
