@@ -64,6 +64,7 @@ class ReceivedEntries:
     relation: str | None  # the one relation of every entry, when they have one
     count: int = 0  # how many entries the home takes (rows of ``table`` of ``relations``)
     first_lengths: bool = False  # whether every one has causal length 1 (its tuple's first insert)
+    later_lengths: bool = False  # whether every one has a causal length above 1 (a delete or a re-insert)
     # tables (each with an ``id`` column) of the ids this site keeps outside the entries' home, all of
     # other relations' tuples: a received id found there is forged (see :func:`checked_entries_sql`)
     elsewhere: tuple[str, ...] = ()
@@ -273,6 +274,46 @@ def takes_first_insert(received: ReceivedEntries, single_versions: bool) -> bool
     received before (then the MERGE runs too), and each is visible by parity (unkeyed, or
     ``single_versions``: no other present version of its key)."""
     return received.first_lengths and (single_versions or not received.some_keyed)
+
+
+def later_entries_update_sql(home: EntryHome, received: str, seq: int, returned: tuple[str, ...]) -> str:
+    """One UPDATE writing into ``home`` a batch of entries that extend stored ones, in place of the
+    MERGE (:func:`cl_merge_sql`, :func:`crr.replica.merge_sql`, :func:`crr.colocated.merge_sql`) for a
+    batch whose entries all have a causal length above 1 (:func:`takes_later_update`: deletes, or
+    re-inserts, of tuples the site has most likely heard of). ``received`` is the FROM text of the
+    rows that MERGE reads (:func:`entry_delta_sql`'s columns, and the home's others); the UPDATE
+    returns ``returned`` (the home's columns, as the MERGE returns them) of every row it wrote.
+
+    It writes what the MERGE's ``WHEN MATCHED`` clause for a growing entry writes, with the same
+    check (a received entry that disagrees with the stored one about its relation or key hash fails
+    the merge); it never writes a tuple's values. What it leaves is the MERGE's, which the caller runs
+    after it when some received entry, or a received tuple, is not among the rows it returned with
+    values: an id not stored, an entry that did not grow, a tuple whose row has no values yet. Then
+    the rows it wrote no longer grow, and the MERGE writes only the others. An UPDATE costs less than
+    the MERGE (a 1000-row delete batch into 100k entries, the paper's join view site: 6.6-7.2 ms
+    against 12.4-14.3 ms)."""
+    forged = FORGED if home.relation is None else FORGED_IN_HOME
+    cl = "greatest(c.cl, d.cl)"
+    grows = "(d.vis IS NOT NULL OR d.cl > c.cl OR d.stamp > c.stamp)"
+    return f"""UPDATE {home.table} AS c SET cl = {cl}, kh = coalesce(c.kh, d.kh), stamp = greatest(c.stamp, d.stamp),
+            vis = coalesce(d.vis, {cl} % 2 = 1),
+            seq = CASE WHEN {forged} THEN {FORGED_ENTRIES}
+                       WHEN d.grew AND (d.cl > c.cl OR d.stamp > c.stamp) THEN {int(seq)} ELSE c.seq END
+        FROM {received} AS d WHERE c.id = d.id AND d.cl IS NOT NULL AND ({grows} OR {forged})
+        RETURNING {', '.join(returned)}"""
+
+
+def cl_update_sql(received: ReceivedEntries, seq: int, single_versions: bool) -> str:
+    """:func:`later_entries_update_sql` into ``_crr.cl``, returning what :func:`cl_merge_sql` returns."""
+    return later_entries_update_sql(CL, f"({entry_delta_sql(received, CL, single_versions)})", seq,
+                                    ("id", "rel", "vis", "false AS new_entry"))
+
+
+def takes_later_update(received: ReceivedEntries, single_versions: bool) -> bool:
+    """Whether a batch's entries are merged by :func:`later_entries_update_sql` first: every one has a
+    causal length above 1 and is visible by parity (unkeyed, or ``single_versions``; the key-wide
+    form flips other versions, which the MERGE after it could flip back)."""
+    return received.later_lengths and (single_versions or not received.some_keyed)
 
 
 def tuples_without_entries_sql(tuples: str) -> str:

@@ -50,7 +50,8 @@ import sqlglot
 
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
-from crr.causal import FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql
+from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql,
+                        later_entries_update_sql)
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, tuple_id_sql
@@ -168,14 +169,18 @@ def _new_row_sql(view: Relation, seq: int) -> str:
                     d.vid, {', '.join(f'd.{c.name}' for c in view.aug_columns)}, CASE WHEN d.vid IS NULL THEN NULL ELSE {int(seq)} END"""
 
 
+def _returned(view: Relation) -> tuple[str, ...]:
+    """What the view's MERGE, first INSERT and UPDATE return of each row they write."""
+    return ("id", "vid", "vis", "cl", "seq", "dseq", *(c.name for c in view.aug_columns))
+
+
 def _returned_sql(view: Relation) -> str:
-    """What the view's MERGE and first INSERT return of each row they write."""
-    return f"RETURNING vid, vis, cl, seq, dseq, {', '.join(c.name for c in view.aug_columns)}"
+    return f"RETURNING {', '.join(_returned(view))}"
 
 
 def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int, single_versions: bool) -> str:
     """One MERGE writing a batch's entries and derivations into the view's ``$w`` table; it returns
-    ``(vid, vis, cl, seq, dseq, c0, ...)`` of every row it wrote (see the module docstring).
+    ``(id, vid, vis, cl, seq, dseq, c0, ...)`` of every row it wrote (see the module docstring).
 
     Entries are merged as :func:`crr.causal.cl_merge_sql` merges them into ``_crr.cl`` (same checks,
     same forms; ``single_versions`` as there); a derivation is added to a row that has none. ``seq``
@@ -209,6 +214,13 @@ def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | N
         SELECT {_new_row_sql(view, seq)}
         FROM {_received_rows_sql(view, batch, derivations, True)} d ANTI JOIN {view.aug('w')} c ON c.id = d.id
         {_returned_sql(view)}"""
+
+
+def update_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int, single_versions: bool) -> str:
+    """:func:`crr.causal.later_entries_update_sql` into the view's ``$w``, reading the rows
+    :func:`merge_sql` reads (so received tuples are checked as there) and returning what it returns."""
+    return later_entries_update_sql(home(view, batch.source), _received_rows_sql(view, batch, derivations, single_versions),
+                                    seq, _returned(view))
 
 
 def app_insert_sql(view: Relation, returned: str) -> str:

@@ -51,9 +51,9 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Relation, orphans_update_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
-from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, first_entries_insert_sql,
-                        local_cl_merge_sql, local_flips_sql, present_key_versions_sql, takes_first_insert,
-                        tuples_without_entries_sql)
+from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
+                        first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
+                        takes_first_insert, takes_later_update, tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
@@ -352,6 +352,10 @@ class Maintainer:
                 merged = arrow_rows(self.con, first_entries_insert_sql(received, self.seq))
                 if merged.num_rows < received.count:  # some ids were stored: the MERGE takes those
                     merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
+            elif takes_later_update(received, single):
+                merged = arrow_rows(self.con, cl_update_sql(received, self.seq, single))
+                if self._some_unwritten(received, merged):
+                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
             else:
                 merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
             self.result.cl_changed = merged.num_rows
@@ -376,6 +380,10 @@ class Maintainer:
         if part.entries is not None and takes_first_insert(part.entries, single):
             returned = arrow_rows(self.con, replica.first_insert_sql(rel, part, self.seq))
             if self._some_stored(returned, part.entries, part.tuples):
+                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
+        elif part.entries is not None and takes_later_update(part.entries, single):
+            returned = arrow_rows(self.con, replica.update_sql(rel, part, self.seq, single))
+            if self._some_unwritten(part.entries, returned, part.tuples, "tseq"):
                 returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
         else:
             returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
@@ -409,6 +417,22 @@ class Maintainer:
             return False
         received = self.slots.table(tuples.table).column(tuples.id_column)
         return not all_in(received, self.slots.table(entries.table).column("id"))
+
+    def _some_unwritten(self, received: ReceivedEntries, written: pa.Table, tuples: Rows | None = None,
+                        values: str = "") -> bool:
+        """After a later-lengths UPDATE (``written``: the rows it returned), whether the MERGE must run
+        too: some received entry was not written (its id is not stored, or it did not grow), or some
+        received tuple's row is not among the written rows with values (``values``: the column that
+        is NULL in a row without them: a replica's ``tseq``, a co-located view's ``vid``)."""
+        entries = self.slots.table(received.table)
+        if entries.num_rows != received.count:  # the slot holds other homes' entries too
+            entries = entries.filter(pc.is_in(entries.column("rel"), value_set=pa.array(sorted(received.relations))))
+        if not all_in(entries.column("id"), written.column("id")):
+            return True
+        if tuples is None:
+            return False
+        with_values = written.filter(pc.is_valid(written.column(values))).column("id")
+        return not all_in(self.slots.table(tuples.table).column(tuples.id_column), with_values)
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
@@ -512,6 +536,11 @@ class Maintainer:
         if part.entries is not None and takes_first_insert(part.entries, single):
             returned = arrow_rows(self.con, colocated.first_insert_sql(view, part, derivations, self.seq))
             if self._some_stored(returned, part.entries, part.tuples):
+                returned = pa.concat_tables([
+                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
+        elif part.entries is not None and takes_later_update(part.entries, single):
+            returned = arrow_rows(self.con, colocated.update_sql(view, part, derivations, self.seq, single))
+            if self._some_unwritten(part.entries, returned, part.tuples, "vid"):
                 returned = pa.concat_tables([
                     returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
         else:

@@ -295,4 +295,5 @@ def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[s
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
         relation=names[0] if len(names) == 1 else None, count=cl.num_rows,
-        first_lengths=pc.all(pc.equal(cl.column("cl"), 1)).as_py() is True, elsewhere=elsewhere)
+        first_lengths=pc.all(pc.equal(cl.column("cl"), 1)).as_py() is True,
+        later_lengths=pc.all(pc.greater(cl.column("cl"), 1)).as_py() is True, elsewhere=elsewhere)

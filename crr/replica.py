@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 from crr.batch_rows import Rows, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Relation, monomials_ddl
-from crr.causal import FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, entry_delta_sql, empty_entries_sql
+from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, entry_delta_sql, empty_entries_sql,
+                        later_entries_update_sql)
 from crr.types import quote_str
 
 
@@ -91,9 +92,13 @@ def _row_columns(rel: Relation) -> str:
     return f"id, cl, kh, stamp, vis, seq, {', '.join(c.name for c in rel.aug_columns)}, tseq"
 
 
+def _returned(rel: Relation) -> tuple[str, ...]:
+    """What the replica's MERGE, first INSERT and UPDATE return of each row they write."""
+    return ("id", f"{quote_str(rel.name)} AS rel", "vis", "cl", "seq", "tseq")
+
+
 def _returned_sql(rel: Relation) -> str:
-    """What the replica's MERGE and first INSERT return of each row they write."""
-    return f"RETURNING id, {quote_str(rel.name)} AS rel, vis, cl, seq, tseq"
+    return f"RETURNING {', '.join(_returned(rel))}"
 
 
 def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
@@ -138,6 +143,12 @@ def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
         SELECT {_new_row_sql(rel, seq)}
         FROM {_received_rows_sql(rel, batch, True)} d ANTI JOIN {rel.aug('e')} c ON c.id = d.id
         {_returned_sql(rel)}"""
+
+
+def update_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
+    """:func:`crr.causal.later_entries_update_sql` into the replica's ``$e``, reading the rows
+    :func:`merge_sql` reads (so received tuples are checked as there) and returning what it returns."""
+    return later_entries_update_sql(home(rel), _received_rows_sql(rel, batch, single_versions), seq, _returned(rel))
 
 
 def added_tuples_sql(rel: Relation, added: Rows) -> str:

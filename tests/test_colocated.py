@@ -243,9 +243,9 @@ def test_breaking_the_conditions_converts_to_the_standard_layout(base, change):
 
 
 def test_a_co_located_batch_runs_three_statements(base):
-    """A batch of keyed entries into the layout runs the rival count, one write of ``$w`` and one APP
-    statement (the README's figure): for first inserts the write is an INSERT, for deletes a MERGE.
-    Fails if a step came back or a statement was added."""
+    """A batch of keyed entries into the layout runs the rival count, one write of ``$w`` (for first
+    inserts an INSERT) and one APP statement (the README's figure). Fails if a step came back or a
+    statement was added."""
     from tests.test_point import _statements
 
     v = view_site(views=(("p", "SELECT b, c FROM r"),))

@@ -1,6 +1,8 @@
 """Batches of first inserts (every causal length 1) are merged by an INSERT of the ids a site has no
 entry of, then the MERGE for the ids it has (crr.causal.first_entries_insert_sql,
-crr.replica.first_insert_sql). Each test says which bug would make it fail."""
+crr.replica.first_insert_sql, crr.colocated.first_insert_sql); batches whose lengths are all above 1
+(deletes) by an UPDATE of the stored entries, then the MERGE for what it left
+(crr.causal.later_entries_update_sql). Each test says which bug would make it fail."""
 
 from __future__ import annotations
 
@@ -153,3 +155,106 @@ def test_a_tuple_whose_entry_came_before_it_is_added_beside_first_inserts(layout
     assert cs.cl.num_rows == 1
     v.merge(cs.to_bytes())
     assert app(v, "p") == [(1, "x"), (3, "b")]
+
+
+LAYOUTS = {
+    "replicated": "CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)",
+    "replica": "CREATE REMOTE TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)",
+    "co-located": "CREATE REMOTE SOURCE r (a INTEGER, b INTEGER, c VARCHAR)",
+}
+
+
+def _layout_site(layout: str, site_id: str = "v") -> crr.Site:
+    v = crr.Site(site_id=site_id)
+    v.execute(LAYOUTS[layout])
+    v.execute("CREATE MATERIALIZED VIEW p AS SELECT b, c FROM r WHERE b > 0")
+    assert v.relation("p").colocated == (layout == "co-located")
+    assert v.relation("r").replica == (layout == "replica")
+    return v
+
+
+def _base() -> crr.Site:
+    base = crr.Site(site_id="base")
+    base.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+    return base
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_delete_of_a_row_never_seen_stays_deleted_when_its_insert_arrives(layout: str) -> None:
+    """A site receives the delete of a row (length 2) before the row's insert (length 1, relayed by a
+    site that has not seen the delete). Fails if the UPDATE of stored entries were taken alone: the
+    delete's entry would be dropped (no row to update), and the insert arriving after it would show
+    the deleted row."""
+    base = _base()
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
+    inserted = base.cursor
+    relay = _base()
+    sync(base, relay)
+    base.execute("DELETE FROM r WHERE a = 1")
+    v = _layout_site(layout)
+    v.merge(base.changes(since=inserted).to_bytes())  # the delete alone
+    assert app(v, "p") == []
+    v.merge(relay.changes().to_bytes())  # the inserts, without the delete
+    assert app(v, "p") == [(2, "y")]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_replayed_delete_batch_changes_nothing(layout: str) -> None:
+    """The same delete changeset merged twice: the second UPDATE finds nothing grown and the MERGE
+    after it nothing to write. Fails if either wrote a row (the merge would report changes)."""
+    base = _base()
+    base.execute("INSERT INTO r SELECT i, i, 'v' FROM range(1, 50) r(i)")
+    v = _layout_site(layout)
+    cursor = sync(base, v)
+    base.execute("DELETE FROM r WHERE a < 20")
+    data = base.changes(since=cursor).to_bytes()
+    assert v.merge(data).changed
+    assert app(v, "p") == [(i, "v") for i in range(20, 50)]
+    assert not v.merge(data).changed
+    assert app(v, "p") == [(i, "v") for i in range(20, 50)]
+
+
+@pytest.mark.parametrize("layout", ["replica", "co-located"])
+def test_a_delete_brings_the_values_of_a_tuple_whose_entry_came_alone(layout: str) -> None:
+    """A row's entry arrives alone (a changeset without its tuples), then its delete with the tuple.
+    Every entry grows, so only the tuple's row without values tells that the MERGE must run after the
+    UPDATE: fails if it did not (the site would keep the tuple without its values, and its changes
+    would not relay them)."""
+    base = _base()
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
+    inserted = base.cursor
+    v = _layout_site(layout)
+    entries_only = base.changes()
+    for rc in entries_only.relations:
+        rc.tuples = rc.tuples.slice(0, 0)
+    v.merge(entries_only.to_bytes())
+    base.execute("DELETE FROM r WHERE a = 1")
+    delete = base.changes(since=inserted)
+    assert delete.relations[0].tuples.num_rows == 1 and delete.cl.column("cl").to_pylist() == [2]
+    v.merge(delete.to_bytes())
+    assert app(v, "p") == []
+    relayed = v.changes(relations=["p"] if layout == "co-located" else ["r"])
+    assert relayed.relations[0].tuples.num_rows == 1  # the deleted row's values, kept
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_delete_batch_with_a_forged_tuple_is_refused(layout: str) -> None:
+    """A delete changeset whose tuple's values do not match its id is refused, as any other batch:
+    fails if the UPDATE of stored entries read the entries without the received tuples' checks."""
+    from tests.test_crafted import edit
+
+    home = {"replicated": "_crr.cl", "replica": '_crr."r$e"', "co-located": '_crr."p$w"'}[layout]
+    state = lambda site: (app(site, "p"), site.cursor, site.execute(f"SELECT * FROM {home} ORDER BY id"))
+    base = _base()
+    base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
+    v = _layout_site(layout)
+    cursor = sync(base, v)
+    base.execute("DELETE FROM r WHERE a = 1")
+    cs = base.changes(since=cursor)
+    rc = cs.relations[0]
+    assert rc.tuples.num_rows == 1
+    rc.tuples = edit(rc.tuples, "SELECT * REPLACE ('forged' AS c2) FROM x")
+    before = state(v)
+    with pytest.raises(crr.ChangesetError, match="do not match their values"):
+        v.merge(cs.to_bytes())
+    assert state(v) == before
