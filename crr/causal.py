@@ -252,44 +252,64 @@ def first_entries_insert_sql(received: ReceivedEntries, seq: int) -> str:
     of :func:`cl_merge_sql` for a batch of first inserts (:func:`takes_first_insert`); it returns
     what that MERGE returns for them, ``(id, rel, vis, new_entry)``.
 
-    An entry whose id is not stored is what the MERGE's ``WHEN NOT MATCHED`` clause inserts, and
-    the INSERT writes the same row, checked the same way (:func:`checked_entries_sql`). The ids it
-    finds stored are left to the MERGE, which the caller runs after it when the INSERT wrote fewer
-    rows than the home takes: that MERGE sees the rows just inserted as stored with the received
-    values, which neither grow nor differ, so it writes and returns only the others. An INSERT costs
+    An entry whose id is not stored, and whose key has no other present version stored
+    (:func:`without_rivals_sql`), is visible exactly when its length is odd: what the MERGE's
+    ``WHEN NOT MATCHED`` clause inserts in its parity form, and the INSERT writes the same row,
+    checked the same way (:func:`checked_entries_sql`). The others are left to the MERGE in its
+    key-wide form, which the caller runs after it when the INSERT wrote fewer rows than the home
+    takes: that MERGE sees the rows just inserted as stored with the received values, which neither
+    grow nor differ (nor flip: their keys have no other present version), so it writes and returns
+    only the others. An INSERT costs
     less than the MERGE, whose three ``WHEN`` clauses DuckDB plans and runs whether or not a row
     matches (a 1000-row batch into 100k stored entries, the paper's join view site: 6.1-7.5 ms
     against 10.4-13.8 ms)."""
     using = entry_delta_sql(received, CL, True)
     return f"""INSERT INTO _crr.cl (id, rel, cl, kh, stamp, vis, seq)
         SELECT d.id, d.rel, d.cl, d.kh, d.stamp, d.cl % 2 = 1, {int(seq)}
-        FROM ({using}) d ANTI JOIN _crr.cl c ON c.id = d.id
+        FROM ({using}) d ANTI JOIN _crr.cl c ON c.id = d.id {without_rivals_sql(received, CL)}
         RETURNING id, rel, vis, true AS new_entry"""
 
 
-def takes_first_insert(received: ReceivedEntries, single_versions: bool) -> bool:
+def without_rivals_sql(received: ReceivedEntries, home: EntryHome) -> str:
+    """The join that leaves out of a received row ``d`` the entries whose key has another present
+    version stored in ``home`` (a rival: then visibility is not parity, and the MERGE's key-wide form
+    must take the entry). Empty when no entry is keyed. This is the count
+    :func:`present_key_versions_sql` makes before a MERGE, inside the statement that writes, one
+    statement fewer (a 1000-row batch into 100k entries: 8.4-11.6 ms against 11.1-15.3 ms)."""
+    if not received.some_keyed:
+        return ""
+    return (f"ANTI JOIN (SELECT id, kh FROM {home.stored_sql()} WHERE cl % 2 = 1) rival "
+            f"ON rival.kh = d.kh AND rival.id <> d.id")
+
+
+def takes_first_insert(received: ReceivedEntries) -> bool:
     """Whether a batch's entries are merged by an INSERT of the new ones first
-    (:func:`first_entries_insert_sql`, :func:`crr.replica.first_insert_sql`): every entry has causal
-    length 1, the length of a tuple's first insert, which a site holds only for an entry it has
-    received before (then the MERGE runs too), and each is visible by parity (unkeyed, or
-    ``single_versions``: no other present version of its key)."""
-    return received.first_lengths and (single_versions or not received.some_keyed)
+    (:func:`first_entries_insert_sql`, :func:`crr.replica.first_insert_sql`,
+    :func:`crr.colocated.first_insert_sql`): every entry has causal length 1, the length of a
+    tuple's first insert, which a site holds only for an entry it has received before (then the
+    MERGE runs too), and no two share a key (each entry's rivals are then stored ones, which
+    :func:`without_rivals_sql` finds)."""
+    return received.first_lengths and (received.one_per_key or not received.some_keyed)
 
 
 def later_entries_update_sql(home: EntryHome, received: str, seq: int, returned: tuple[str, ...]) -> str:
     """One UPDATE writing into ``home`` a batch of entries that extend stored ones, in place of the
     MERGE (:func:`cl_merge_sql`, :func:`crr.replica.merge_sql`, :func:`crr.colocated.merge_sql`) for a
     batch whose entries all have a causal length above 1 (:func:`takes_later_update`: deletes, or
-    re-inserts, of tuples the site has most likely heard of). ``received`` is the FROM text of the
-    rows that MERGE reads (:func:`entry_delta_sql`'s columns, and the home's others); the UPDATE
-    returns ``returned`` (the home's columns, as the MERGE returns them) of every row it wrote.
+    re-inserts, of tuples the site has most likely heard of, whose keys the count
+    :func:`present_key_versions_sql` found no other present version of). ``received`` is the FROM
+    text of the rows that MERGE reads (:func:`entry_delta_sql`'s columns, parity form, and the
+    home's others); the UPDATE returns ``returned`` (the home's columns, as the MERGE returns them)
+    of every row it wrote.
 
     It writes what the MERGE's ``WHEN MATCHED`` clause for a growing entry writes, with the same
     check (a received entry that disagrees with the stored one about its relation or key hash fails
-    the merge); it never writes a tuple's values. What it leaves is the MERGE's, which the caller runs
-    after it when some received entry, or a received tuple, is not among the rows it returned with
-    values: an id not stored, an entry that did not grow, a tuple whose row has no values yet. Then
-    the rows it wrote no longer grow, and the MERGE writes only the others. An UPDATE costs less than
+    the merge); it never writes a tuple's values. What it leaves is the MERGE's, which the caller
+    runs after it when some received entry, or a received tuple, is not among the rows it returned
+    with values: an id not stored, an entry that did not grow, a tuple whose row has no values yet.
+    Then the rows it wrote no longer grow, and the MERGE writes only the others. (Leaving out rivals
+    inside the UPDATE, as :func:`without_rivals_sql` does for the INSERT, was measured slower than
+    the count before it: 12-14 ms against 11.1-11.6 ms.) An UPDATE costs less than
     the MERGE (a 1000-row delete batch into 100k entries, the paper's join view site: 6.6-7.2 ms
     against 12.4-14.3 ms)."""
     forged = FORGED if home.relation is None else FORGED_IN_HOME
@@ -303,16 +323,16 @@ def later_entries_update_sql(home: EntryHome, received: str, seq: int, returned:
         RETURNING {', '.join(returned)}"""
 
 
-def cl_update_sql(received: ReceivedEntries, seq: int, single_versions: bool) -> str:
+def cl_update_sql(received: ReceivedEntries, seq: int) -> str:
     """:func:`later_entries_update_sql` into ``_crr.cl``, returning what :func:`cl_merge_sql` returns."""
-    return later_entries_update_sql(CL, f"({entry_delta_sql(received, CL, single_versions)})", seq,
+    return later_entries_update_sql(CL, f"({entry_delta_sql(received, CL, True)})", seq,
                                     ("id", "rel", "vis", "false AS new_entry"))
 
 
 def takes_later_update(received: ReceivedEntries, single_versions: bool) -> bool:
     """Whether a batch's entries are merged by :func:`later_entries_update_sql` first: every one has a
-    causal length above 1 and is visible by parity (unkeyed, or ``single_versions``; the key-wide
-    form flips other versions, which the MERGE after it could flip back)."""
+    causal length above 1 and is visible by parity (unkeyed, or ``single_versions``: no other present
+    version of its key)."""
     return received.later_lengths and (single_versions or not received.some_keyed)
 
 

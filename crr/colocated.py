@@ -51,7 +51,7 @@ import sqlglot
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
 from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql,
-                        later_entries_update_sql)
+                        later_entries_update_sql, without_rivals_sql)
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, tuple_id_sql
@@ -205,7 +205,8 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
 
 
 def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int) -> str:
-    """One INSERT adding to the view's ``$w`` the batch's rows whose ids it holds no row of, in place of
+    """One INSERT adding to the view's ``$w`` the batch's rows whose ids it holds no row of (and whose
+    keys have no other present version: :func:`crr.causal.without_rivals_sql`), in place of
     :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it returns
     what that MERGE returns for them. The rows it finds stored are left to the MERGE, which the caller
     runs after it when some received entry was not written, or some received tuple has no entry in
@@ -213,14 +214,16 @@ def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | N
     return f"""INSERT INTO {view.aug('w')} ({_row_columns(view)})
         SELECT {_new_row_sql(view, seq)}
         FROM {_received_rows_sql(view, batch, derivations, True)} d ANTI JOIN {view.aug('w')} c ON c.id = d.id
+            {without_rivals_sql(batch.entries, home(view, batch.source))}
         {_returned_sql(view)}"""
 
 
-def update_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int, single_versions: bool) -> str:
+def update_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int) -> str:
     """:func:`crr.causal.later_entries_update_sql` into the view's ``$w``, reading the rows
     :func:`merge_sql` reads (so received tuples are checked as there) and returning what it returns."""
-    return later_entries_update_sql(home(view, batch.source), _received_rows_sql(view, batch, derivations, single_versions),
-                                    seq, _returned(view))
+    assert batch.entries is not None
+    return later_entries_update_sql(home(view, batch.source), _received_rows_sql(view, batch, derivations, True), seq,
+                                    _returned(view))
 
 
 def app_insert_sql(view: Relation, returned: str) -> str:

@@ -339,7 +339,12 @@ class Maintainer:
         them, and visibility is plain parity (see :mod:`crr.writes`). A merge's entries are written
         by one ``MERGE ... RETURNING`` (:func:`crr.causal.cl_merge_sql`) that computes visibility
         (by parity when a count finds no other present version of the keys; key-wide otherwise) and
-        returns what it wrote, registered as the batch's flips.
+        returns what it wrote, registered as the batch's flips. Two kinds of batch take a cheaper
+        statement first, and the MERGE only for what it left: first inserts an INSERT of the new ids
+        (:func:`crr.causal.first_entries_insert_sql`, which leaves out keys with another present
+        version itself, without the count), later lengths (deletes) an UPDATE of the stored entries
+        (:func:`crr.causal.later_entries_update_sql`, after the count). Replicas and co-located views
+        do the same into their tables (:meth:`_merge_replica`, :meth:`_apply_colocated`).
         """
         if batch.local is not None:
             self._write_local_cl(batch.local)
@@ -347,17 +352,18 @@ class Maintainer:
         written = []
         received = batch.received
         if received is not None:
-            single = self._single_versions(received, CL)
-            if takes_first_insert(received, single):
+            if takes_first_insert(received):
                 merged = arrow_rows(self.con, first_entries_insert_sql(received, self.seq))
-                if merged.num_rows < received.count:  # some ids were stored: the MERGE takes those
-                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
-            elif takes_later_update(received, single):
-                merged = arrow_rows(self.con, cl_update_sql(received, self.seq, single))
-                if self._some_unwritten(received, merged):
-                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
+                if merged.num_rows < received.count:  # the MERGE (key-wide) takes what it left
+                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq))])
             else:
-                merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
+                single = self._single_versions(received, CL)
+                if takes_later_update(received, single):
+                    merged = arrow_rows(self.con, cl_update_sql(received, self.seq))
+                    if self._some_unwritten(received, merged):
+                        merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
+                else:
+                    merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
@@ -376,17 +382,18 @@ class Maintainer:
         :mod:`crr.replica`); register the tuples it added as the relation's delta and return the
         entries it wrote, ``(id, rel, vis)`` (a superset of the flips)."""
         rel = self.rels[part.relation]
-        single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
-        if part.entries is not None and takes_first_insert(part.entries, single):
+        if part.entries is not None and takes_first_insert(part.entries):  # as in _merge_cl
             returned = arrow_rows(self.con, replica.first_insert_sql(rel, part, self.seq))
             if self._some_stored(returned, part.entries, part.tuples):
-                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
-        elif part.entries is not None and takes_later_update(part.entries, single):
-            returned = arrow_rows(self.con, replica.update_sql(rel, part, self.seq, single))
-            if self._some_unwritten(part.entries, returned, part.tuples, "tseq"):
-                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
+                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, False))])
         else:
-            returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
+            single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
+            if part.entries is not None and takes_later_update(part.entries, single):
+                returned = arrow_rows(self.con, replica.update_sql(rel, part, self.seq))
+                if self._some_unwritten(part.entries, returned, part.tuples, "tseq"):
+                    returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
+            else:
+                returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
         grew = pc.and_(pc.equal(returned.column("seq"), self.seq), pc.greater(returned.column("cl"), 0))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), self.seq)).select(["id"])
@@ -526,25 +533,26 @@ class Maintainer:
         """Merge a co-located view's share of the batch: its source's entries and the derivations of
         its source's tuples in one MERGE, then its APP changes (see :mod:`crr.colocated`)."""
         view, source = self.rels[part.view], self.rels[part.source]
-        single = part.entries is not None and self._single_versions(part.entries, colocated.home(view, source.name))
         derivations = None
         if part.tuples is not None:
             key = ("colocated", view.name, part.tuples.table)  # generated once per site, like the delta plans'
             if key not in self.sql_cache:  # (the flag is _run_view's "one plan over base tuples"; unused here)
                 self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
-        if part.entries is not None and takes_first_insert(part.entries, single):
+        if part.entries is not None and takes_first_insert(part.entries):  # as in _merge_cl
             returned = arrow_rows(self.con, colocated.first_insert_sql(view, part, derivations, self.seq))
             if self._some_stored(returned, part.entries, part.tuples):
                 returned = pa.concat_tables([
-                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
-        elif part.entries is not None and takes_later_update(part.entries, single):
-            returned = arrow_rows(self.con, colocated.update_sql(view, part, derivations, self.seq, single))
-            if self._some_unwritten(part.entries, returned, part.tuples, "vid"):
-                returned = pa.concat_tables([
-                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
+                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, False))])
         else:
-            returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
+            single = part.entries is not None and self._single_versions(part.entries, colocated.home(view, source.name))
+            if part.entries is not None and takes_later_update(part.entries, single):
+                returned = arrow_rows(self.con, colocated.update_sql(view, part, derivations, self.seq))
+                if self._some_unwritten(part.entries, returned, part.tuples, "vid"):
+                    returned = pa.concat_tables([
+                        returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
+            else:
+                returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
             return
         seq = pc.equal(returned.column("seq"), self.seq)

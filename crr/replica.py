@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from crr.batch_rows import Rows, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Relation, monomials_ddl
 from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, entry_delta_sql, empty_entries_sql,
-                        later_entries_update_sql)
+                        later_entries_update_sql, without_rivals_sql)
 from crr.types import quote_str
 
 
@@ -134,7 +134,8 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
 
 
 def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
-    """One INSERT adding to the replica's ``$e`` the batch's rows whose ids it holds no row of, in place
+    """One INSERT adding to the replica's ``$e`` the batch's rows whose ids it holds no row of (and whose
+    keys have no other present version: :func:`crr.causal.without_rivals_sql`), in place
     of :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it
     returns what that MERGE returns for them. The rows it finds stored are left to the MERGE, which
     the caller runs after it when the INSERT did not write every received entry and tuple (see
@@ -142,13 +143,15 @@ def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
     return f"""INSERT INTO {rel.aug('e')} ({_row_columns(rel)})
         SELECT {_new_row_sql(rel, seq)}
         FROM {_received_rows_sql(rel, batch, True)} d ANTI JOIN {rel.aug('e')} c ON c.id = d.id
+            {without_rivals_sql(batch.entries, home(rel))}
         {_returned_sql(rel)}"""
 
 
-def update_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: bool) -> str:
+def update_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
     """:func:`crr.causal.later_entries_update_sql` into the replica's ``$e``, reading the rows
     :func:`merge_sql` reads (so received tuples are checked as there) and returning what it returns."""
-    return later_entries_update_sql(home(rel), _received_rows_sql(rel, batch, single_versions), seq, _returned(rel))
+    assert batch.entries is not None
+    return later_entries_update_sql(home(rel), _received_rows_sql(rel, batch, True), seq, _returned(rel))
 
 
 def added_tuples_sql(rel: Relation, added: Rows) -> str:

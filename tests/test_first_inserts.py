@@ -258,3 +258,24 @@ def test_a_delete_batch_with_a_forged_tuple_is_refused(layout: str) -> None:
     with pytest.raises(crr.ChangesetError, match="do not match their values"):
         v.merge(cs.to_bytes())
     assert state(v) == before
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("newer_first", [True, False])
+def test_a_first_insert_of_a_key_another_version_holds_is_left_to_the_key_wide_merge(
+        layout: str, newer_first: bool) -> None:
+    """Two sites insert the same key with different values (two tuple ids, one key hash, both of
+    length 1): the site receiving the second finds the first present. Fails if the first-insert
+    INSERT wrote the second with visibility by parity (both versions would show) instead of leaving
+    it to the MERGE's key-wide form (only the newer stamp shows)."""
+    a, b = _base(), crr.Site(site_id="b")
+    b.execute(LAYOUTS["replicated"])
+    a.execute("INSERT INTO r VALUES (1, 1, 'old'), (2, 2, 'a')")
+    b.execute("INSERT INTO r VALUES (1, 1, 'new'), (3, 3, 'b')")  # a later stamp
+    v = _layout_site(layout)
+    first, second = (b, a) if newer_first else (a, b)
+    sync(first, v)
+    sync(second, v)
+    sync(b, a)
+    assert app(a, "r") == [(1, 1, "new"), (2, 2, "a"), (3, 3, "b")]
+    assert app(v, "p") == [(1, "new"), (2, "a"), (3, "b")]
