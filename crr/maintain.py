@@ -44,7 +44,7 @@ import sqlglot
 from sqlglot import exp
 
 from crr import aggregate, colocated, replica
-from crr.arrow_build import FALSE, int64_range, string_scalar
+from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar, strings
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
@@ -60,6 +60,7 @@ from crr.sql.compile import IDS
 # the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
 # (longer ones, or unknown lengths, are unnested: see Maintainer._holding_flipped)
 MAX_POSITION_PROBES = 4
+_ZERO = int64_scalar(0)  # built without pyarrow's pandas probe (crr.arrow_build)
 
 
 def mid_sql(ids: str) -> str:
@@ -394,9 +395,9 @@ class Maintainer:
                     returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
             else:
                 returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
-        grew = pc.and_(pc.equal(returned.column("seq"), self.seq), pc.greater(returned.column("cl"), 0))
+        grew = pc.and_(pc.equal(returned.column("seq"), int64_scalar(self.seq)), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
-        added = returned.filter(pc.equal(returned.column("tseq"), self.seq)).select(["id"])
+        added = returned.filter(pc.equal(returned.column("tseq"), int64_scalar(self.seq))).select(["id"])
         if added.num_rows:
             assert part.tuples is not None  # only received tuples are added
             # their values are the received ones: all of them, or those whose ids the MERGE returned
@@ -411,14 +412,14 @@ class Maintainer:
             self.fresh.add(rel.name)
             self.counts(rel.name).new_monomials += added.num_rows
             self.widths[rel.name] = (1, 1)
-        return returned.filter(pc.greater(returned.column("cl"), 0)).select(["id", "rel", "vis"])
+        return returned.filter(pc.greater(returned.column("cl"), _ZERO)).select(["id", "rel", "vis"])
 
     def _some_stored(self, written: pa.Table, entries: ReceivedEntries, tuples: Rows | None) -> bool:
         """After a first-insert INSERT into a replica's or co-located view's table (``written``: the rows
         it returned, ``cl`` 0 where it wrote a tuple alone), whether the batch may hold an id the table
         had a row of, which the MERGE must then take: some received entry was not written, or some
         received tuple has no entry in the batch (its row may have come before)."""
-        if (pc.sum(pc.greater(written.column("cl"), 0)).as_py() or 0) < entries.count:
+        if (pc.sum(pc.greater(written.column("cl"), _ZERO)).as_py() or 0) < entries.count:
             return True
         if tuples is None:
             return False
@@ -433,7 +434,7 @@ class Maintainer:
         is NULL in a row without them: a replica's ``tseq``, a co-located view's ``vid``)."""
         entries = self.slots.table(received.table)
         if entries.num_rows != received.count:  # the slot holds other homes' entries too
-            entries = entries.filter(pc.is_in(entries.column("rel"), value_set=pa.array(sorted(received.relations))))
+            entries = entries.filter(pc.is_in(entries.column("rel"), value_set=strings(sorted(received.relations))))
         if not all_in(entries.column("id"), written.column("id")):
             return True
         if tuples is None:
@@ -555,10 +556,10 @@ class Maintainer:
                 returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
             return
-        seq = pc.equal(returned.column("seq"), self.seq)
-        self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), 0))).as_py() or 0
+        seq = pc.equal(returned.column("seq"), int64_scalar(self.seq))
+        self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), _ZERO))).as_py() or 0
         counts = self.counts(view.name)
-        counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), self.seq)).as_py() or 0
+        counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), int64_scalar(self.seq))).as_py() or 0
         derived = pc.is_valid(returned.column("vid"))
         visible = bool_column(returned.column("vis").combine_chunks())
         slot = self._register(f"_crr_w_{view.name}", returned)

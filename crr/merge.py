@@ -26,6 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from crr.arrow_build import int64_scalar
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
@@ -295,5 +296,8 @@ def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[s
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
         relation=names[0] if len(names) == 1 else None, count=cl.num_rows,
-        first_lengths=pc.all(pc.equal(cl.column("cl"), 1)).as_py() is True,
-        later_lengths=pc.all(pc.greater(cl.column("cl"), 1)).as_py() is True, elsewhere=elsewhere)
+        first_lengths=pc.all(pc.equal(cl.column("cl"), _ONE)).as_py() is True,
+        later_lengths=pc.all(pc.greater(cl.column("cl"), _ONE)).as_py() is True, elsewhere=elsewhere)
+
+
+_ONE = int64_scalar(1)  # built without pyarrow's pandas probe (crr.arrow_build)

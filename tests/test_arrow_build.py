@@ -53,7 +53,8 @@ def test_int64_range_and_scalars(n: int) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed, so pyarrow cannot import it: nothing to check (the test extras install it)")
 def test_writes_and_merges_do_not_import_pandas(tmp_path) -> None:
     """In a fresh process: single-row INSERT, UPDATE and DELETE on a keyed table with a projection
-    and a self-join view, and a merge of their changes into another site, leave pandas unimported."""
+    and a self-join view, and a merge of their changes into another site and into a remote copy, leave
+    pandas unimported."""
     script = textwrap.dedent(f"""
         import sys
         import crr
@@ -70,6 +71,12 @@ def test_writes_and_merges_do_not_import_pandas(tmp_path) -> None:
         b.execute("CREATE MATERIALIZED VIEW pv AS SELECT v FROM t")
         b.merge(a.changes().to_bytes())
         assert b.execute("SELECT * FROM pv") == [("z",)], b.execute("SELECT * FROM pv")
+        r = crr.Site(site_id="r")  # a replica (crr.replica) and a co-located view (crr.colocated)
+        r.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, v VARCHAR, at TIMESTAMP)")
+        r.execute("CREATE REMOTE SOURCE s (k INTEGER, v VARCHAR)")
+        r.execute("CREATE MATERIALIZED VIEW sv AS SELECT v FROM s")
+        r.merge(a.changes().to_bytes())
+        assert r.execute("SELECT v FROM t") == [("z",)]
         print("pandas" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
