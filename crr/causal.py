@@ -228,9 +228,10 @@ def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = Fa
     differ (a key hash includes its relation's name), so the key-hash check fails the merge.
     Unkeyed entries reach the MERGE as they are (``vis`` NULL): it takes the
     maxima and the parity itself, and writes only those that grow. Keyed ones arrive merged, with
-    their visibility (:func:`_keyed_delta_sql`). Every received entry whose id is stored is compared
-    with the stored entry (:data:`FORGED`) before anything else, so a forged one fails the merge
-    whether or not it grows. ``seq`` marks the entries that grew (a flip alone changes a cache, not
+    their visibility (:func:`_keyed_delta_sql`). Every received entry that reaches the MERGE with a
+    stored id is compared with the stored entry (:data:`FORGED`) before anything else, so a forged
+    one fails the merge whether or not it grows: in the parity form every received entry reaches it,
+    in the key-wide form those that grow or flip (one that does neither changes nothing). ``seq`` marks the entries that grew (a flip alone changes a cache, not
     replicated state). ``single_versions``: the caller checked that no keyed entry's key has another
     present version (see the module docstring), so every entry takes the unkeyed form.
     """
@@ -255,11 +256,12 @@ def first_entries_insert_sql(received: ReceivedEntries, seq: int) -> str:
     An entry whose id is not stored, and whose key has no other present version stored
     (:func:`without_rivals_sql`), is visible exactly when its length is odd: what the MERGE's
     ``WHEN NOT MATCHED`` clause inserts in its parity form, and the INSERT writes the same row,
-    checked the same way (:func:`checked_entries_sql`). The others are left to the MERGE in its
-    key-wide form, which the caller runs after it when the INSERT wrote fewer rows than the home
-    takes: that MERGE sees the rows just inserted as stored with the received values, which neither
-    grow nor differ (nor flip: their keys have no other present version), so it writes and returns
-    only the others. An INSERT costs
+    checked the same way (:func:`checked_entries_sql`). The others are left to the MERGE, which the
+    caller runs after it (in the form the rival count then picks) when the INSERT did not write
+    every entry the home takes: that MERGE sees the rows just inserted as stored with the received
+    values, which neither grow nor flip (their keys have no other present version), so it changes
+    only the others, and in its parity form it compares every received entry with the stored one,
+    as it would without the INSERT. An INSERT costs
     less than the MERGE, whose three ``WHEN`` clauses DuckDB plans and runs whether or not a row
     matches (a 1000-row batch into 100k stored entries, the paper's join view site: 6.1-7.5 ms
     against 10.4-13.8 ms)."""
@@ -286,9 +288,9 @@ def takes_first_insert(received: ReceivedEntries) -> bool:
     """Whether a batch's entries are merged by an INSERT of the new ones first
     (:func:`first_entries_insert_sql`, :func:`crr.replica.first_insert_sql`,
     :func:`crr.colocated.first_insert_sql`): every entry has causal length 1, the length of a
-    tuple's first insert, which a site holds only for an entry it has received before (then the
-    MERGE runs too), and no two share a key (each entry's rivals are then stored ones, which
-    :func:`without_rivals_sql` finds)."""
+    tuple's first insert (a site holds it already only for a tuple it has heard of: its own insert,
+    or an earlier merge; then the MERGE runs too), and no two share a key (each entry's rivals are
+    then stored ones, which :func:`without_rivals_sql` finds)."""
     return received.first_lengths and (received.one_per_key or not received.some_keyed)
 
 
@@ -307,7 +309,9 @@ def later_entries_update_sql(home: EntryHome, received: str, seq: int, returned:
     the merge); it never writes a tuple's values. What it leaves is the MERGE's, which the caller
     runs after it when some received entry, or a received tuple, is not among the rows it returned
     with values: an id not stored, an entry that did not grow, a tuple whose row has no values yet.
-    Then the rows it wrote no longer grow, and the MERGE writes only the others. (Leaving out rivals
+    Then the rows it wrote no longer grow; the MERGE writes the others, and writes again a row whose
+    tuple's values it adds (a replica's or co-located view's row that had none), so the caller
+    keeps the MERGE's row of an id. (Leaving out rivals
     inside the UPDATE, as :func:`without_rivals_sql` does for the INSERT, was measured slower than
     the count before it: 12-14 ms against 11.1-11.6 ms.) An UPDATE costs less than
     the MERGE (a 1000-row delete batch into 100k entries, the paper's join view site: 6.6-7.2 ms

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
 
@@ -159,6 +159,15 @@ def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
         WHEN MATCHED AND NOT d.keep THEN DELETE
         WHEN NOT MATCHED AND d.keep THEN INSERT ({app_cols_sql(rel)}) VALUES ({cols_sql(rel, 'd')})
         RETURNING {returning}"""
+
+
+def _one_row_per_id(first: pa.Table, then: pa.Table) -> pa.Table:
+    """The rows two statements wrote into one home, one per id: ``then``'s, and ``first``'s for the
+    ids ``then`` did not write (the same columns in both)."""
+    if then.num_rows == 0:
+        return first
+    kept = first.filter(pc.is_null(index_in(first.column("id"), then.column("id"))))
+    return pa.concat_tables([kept, then])
 
 
 def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
@@ -344,8 +353,9 @@ class Maintainer:
         statement first, and the MERGE only for what it left: first inserts an INSERT of the new ids
         (:func:`crr.causal.first_entries_insert_sql`, which leaves out keys with another present
         version itself, without the count), later lengths (deletes) an UPDATE of the stored entries
-        (:func:`crr.causal.later_entries_update_sql`, after the count). Replicas and co-located views
-        do the same into their tables (:meth:`_merge_replica`, :meth:`_apply_colocated`).
+        (:func:`crr.causal.later_entries_update_sql`, after the count for keyed entries; see
+        :meth:`_write_entries`). Replicas and co-located views do the same into their tables
+        (:meth:`_merge_replica`, :meth:`_apply_colocated`).
         """
         if batch.local is not None:
             self._write_local_cl(batch.local)
@@ -353,18 +363,10 @@ class Maintainer:
         written = []
         received = batch.received
         if received is not None:
-            if takes_first_insert(received):
-                merged = arrow_rows(self.con, first_entries_insert_sql(received, self.seq))
-                if merged.num_rows < received.count:  # the MERGE (key-wide) takes what it left
-                    merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq))])
-            else:
-                single = self._single_versions(received, CL)
-                if takes_later_update(received, single):
-                    merged = arrow_rows(self.con, cl_update_sql(received, self.seq))
-                    if self._some_unwritten(received, merged):
-                        merged = pa.concat_tables([merged, arrow_rows(self.con, cl_merge_sql(received, self.seq, single))])
-                else:
-                    merged = arrow_rows(self.con, cl_merge_sql(received, self.seq, single))
+            merged = self._write_entries(received, CL, None, None,
+                                         lambda: first_entries_insert_sql(received, self.seq),
+                                         lambda: cl_update_sql(received, self.seq),
+                                         lambda single: cl_merge_sql(received, self.seq, single))
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
@@ -383,18 +385,10 @@ class Maintainer:
         :mod:`crr.replica`); register the tuples it added as the relation's delta and return the
         entries it wrote, ``(id, rel, vis)`` (a superset of the flips)."""
         rel = self.rels[part.relation]
-        if part.entries is not None and takes_first_insert(part.entries):  # as in _merge_cl
-            returned = arrow_rows(self.con, replica.first_insert_sql(rel, part, self.seq))
-            if self._some_stored(returned, part.entries, part.tuples):
-                returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, False))])
-        else:
-            single = part.entries is not None and self._single_versions(part.entries, replica.home(rel))
-            if part.entries is not None and takes_later_update(part.entries, single):
-                returned = arrow_rows(self.con, replica.update_sql(rel, part, self.seq))
-                if self._some_unwritten(part.entries, returned, part.tuples, "tseq"):
-                    returned = pa.concat_tables([returned, arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))])
-            else:
-                returned = arrow_rows(self.con, replica.merge_sql(rel, part, self.seq, single))
+        returned = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
+                                       lambda: replica.first_insert_sql(rel, part, self.seq),
+                                       lambda: replica.update_sql(rel, part, self.seq),
+                                       lambda single: replica.merge_sql(rel, part, self.seq, single))
         grew = pc.and_(pc.equal(returned.column("seq"), int64_scalar(self.seq)), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), int64_scalar(self.seq))).select(["id"])
@@ -414,33 +408,52 @@ class Maintainer:
             self.widths[rel.name] = (1, 1)
         return returned.filter(pc.greater(returned.column("cl"), _ZERO)).select(["id", "rel", "vis"])
 
-    def _some_stored(self, written: pa.Table, entries: ReceivedEntries, tuples: Rows | None) -> bool:
-        """After a first-insert INSERT into a replica's or co-located view's table (``written``: the rows
-        it returned, ``cl`` 0 where it wrote a tuple alone), whether the batch may hold an id the table
-        had a row of, which the MERGE must then take: some received entry was not written, or some
-        received tuple has no entry in the batch (its row may have come before)."""
-        if (pc.sum(pc.greater(written.column("cl"), _ZERO)).as_py() or 0) < entries.count:
-            return True
-        if tuples is None:
-            return False
-        received = self.slots.table(tuples.table).column(tuples.id_column)
-        return not all_in(received, self.slots.table(entries.table).column("id"))
+    def _write_entries(self, entries: ReceivedEntries | None, home: EntryHome, tuples: Rows | None,
+                       values: str | None, insert: Callable[[], str], update: Callable[[], str],
+                       merge: Callable[[bool], str]) -> pa.Table:
+        """Write a batch's entries (and the tuples it brings the home, ``tuples``) into ``home``; return
+        the rows written, one per id. ``insert``, ``update`` and ``merge`` build the home's three
+        statements (``merge`` given its form: parity when the rival count finds no other present
+        version of a key, see :mod:`crr.causal`); ``values`` names the column that is NULL in a row
+        without its tuple's values (None for ``_crr.cl``, which holds none).
 
-    def _some_unwritten(self, received: ReceivedEntries, written: pa.Table, tuples: Rows | None = None,
-                        values: str = "") -> bool:
-        """After a later-lengths UPDATE (``written``: the rows it returned), whether the MERGE must run
-        too: some received entry was not written (its id is not stored, or it did not grow), or some
-        received tuple's row is not among the written rows with values (``values``: the column that
-        is NULL in a row without them: a replica's ``tseq``, a co-located view's ``vid``)."""
-        entries = self.slots.table(received.table)
-        if entries.num_rows != received.count:  # the slot holds other homes' entries too
-            entries = entries.filter(pc.is_in(entries.column("rel"), value_set=strings(sorted(received.relations))))
-        if not all_in(entries.column("id"), written.column("id")):
+        First inserts take ``insert`` and deletes ``update`` (:func:`crr.causal.takes_first_insert`,
+        :func:`crr.causal.takes_later_update`); the MERGE runs after either only when it left
+        something (:meth:`_left_over`), and then its row for an id replaces the first statement's
+        (the UPDATE writes no values, so the MERGE may write a row again for its tuple's values).
+        The count runs only when the MERGE does, or to decide on the UPDATE."""
+        if entries is not None and takes_first_insert(entries):
+            written = arrow_rows(self.con, insert())
+            if not self._left_over(entries, written, tuples, None):
+                return written
+            return _one_row_per_id(written, arrow_rows(self.con, merge(self._single_versions(entries, home))))
+        single = entries is not None and self._single_versions(entries, home)
+        if entries is not None and takes_later_update(entries, single):
+            written = arrow_rows(self.con, update())
+            if not self._left_over(entries, written, tuples, values):
+                return written
+            return _one_row_per_id(written, arrow_rows(self.con, merge(single)))
+        return arrow_rows(self.con, merge(single))
+
+    def _left_over(self, entries: ReceivedEntries, written: pa.Table, tuples: Rows | None, values: str | None) -> bool:
+        """After a first-insert INSERT or a later-lengths UPDATE (``written``: the rows it returned),
+        whether the MERGE must run too: some received entry of the home is not among the written rows
+        (its id was stored, it did not grow, its key has a rival, or it is not stored), or some
+        received tuple's row is not among the written rows (with values, when ``values`` names the
+        column that is NULL in a row without them: the UPDATE writes none)."""
+        received = self.slots.table(entries.table)
+        if received.num_rows != entries.count:  # the slot holds other homes' entries too
+            received = received.filter(pc.is_in(received.column("rel"), value_set=strings(sorted(entries.relations))))
+        ids = written.column("id")
+        if tuples is None and values is None and written.num_rows == received.num_rows:
+            return False  # written ids are distinct received ones: all of them
+        if not all_in(received.column("id"), ids):
             return True
         if tuples is None:
             return False
-        with_values = written.filter(pc.is_valid(written.column(values))).column("id")
-        return not all_in(self.slots.table(tuples.table).column(tuples.id_column), with_values)
+        if values is not None:
+            ids = written.filter(pc.is_valid(written.column(values))).column("id")
+        return not all_in(self.slots.table(tuples.table).column(tuples.id_column), ids)
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
@@ -540,20 +553,10 @@ class Maintainer:
             if key not in self.sql_cache:  # (the flag is _run_view's "one plan over base tuples"; unused here)
                 self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
-        if part.entries is not None and takes_first_insert(part.entries):  # as in _merge_cl
-            returned = arrow_rows(self.con, colocated.first_insert_sql(view, part, derivations, self.seq))
-            if self._some_stored(returned, part.entries, part.tuples):
-                returned = pa.concat_tables([
-                    returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, False))])
-        else:
-            single = part.entries is not None and self._single_versions(part.entries, colocated.home(view, source.name))
-            if part.entries is not None and takes_later_update(part.entries, single):
-                returned = arrow_rows(self.con, colocated.update_sql(view, part, derivations, self.seq))
-                if self._some_unwritten(part.entries, returned, part.tuples, "vid"):
-                    returned = pa.concat_tables([
-                        returned, arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))])
-            else:
-                returned = arrow_rows(self.con, colocated.merge_sql(view, part, derivations, self.seq, single))
+        returned = self._write_entries(part.entries, colocated.home(view, source.name), part.tuples, "vid",
+                                       lambda: colocated.first_insert_sql(view, part, derivations, self.seq),
+                                       lambda: colocated.update_sql(view, part, derivations, self.seq),
+                                       lambda single: colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
             return
         seq = pc.equal(returned.column("seq"), int64_scalar(self.seq))

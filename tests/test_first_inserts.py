@@ -219,7 +219,7 @@ def test_a_delete_brings_the_values_of_a_tuple_whose_entry_came_alone(layout: st
     """A row's entry arrives alone (a changeset without its tuples), then its delete with the tuple.
     Every entry grows, so only the tuple's row without values tells that the MERGE must run after the
     UPDATE: fails if it did not (the site would keep the tuple without its values, and its changes
-    would not relay them)."""
+    would not relay them), or if the row both statements wrote were reported twice."""
     base = _base()
     base.execute("INSERT INTO r VALUES (1, 1, 'x'), (2, 2, 'y')")
     inserted = base.cursor
@@ -231,7 +231,8 @@ def test_a_delete_brings_the_values_of_a_tuple_whose_entry_came_alone(layout: st
     base.execute("DELETE FROM r WHERE a = 1")
     delete = base.changes(since=inserted)
     assert delete.relations[0].tuples.num_rows == 1 and delete.cl.column("cl").to_pylist() == [2]
-    v.merge(delete.to_bytes())
+    result = v.merge(delete.to_bytes())
+    assert result.cl_changed == 1  # the UPDATE's row and the MERGE's are one entry that grew, counted once
     assert app(v, "p") == []
     relayed = v.changes(relations=["p"] if layout == "co-located" else ["r"])
     assert relayed.relations[0].tuples.num_rows == 1  # the deleted row's values, kept
@@ -279,3 +280,63 @@ def test_a_first_insert_of_a_key_another_version_holds_is_left_to_the_key_wide_m
     sync(b, a)
     assert app(a, "r") == [(1, 1, "new"), (2, 2, "a"), (3, 3, "b")]
     assert app(v, "p") == [(1, "new"), (2, "a"), (3, "b")]
+
+
+def test_a_replayed_first_insert_relabelled_with_another_relation_is_refused() -> None:
+    """A first insert merged again with its entry naming another keyed table of the site: an id's
+    relation never changes, so it is forged, and the plain MERGE refused it. Fails if the INSERT's
+    MERGE for the ids it left took the key-wide form, which drops an entry that neither grows nor
+    flips before comparing it with the stored one (the changeset would be accepted)."""
+    from tests.test_crafted import edit
+
+    for tuples in (True, False):
+        a, v = crr.Site(site_id="a"), crr.Site(site_id="v")
+        for s in (a, v):
+            s.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, x VARCHAR)")
+            s.execute("CREATE REPLICATED TABLE u (k INTEGER PRIMARY KEY, x VARCHAR)")
+        a.execute("INSERT INTO t VALUES (1, 'x')")
+        cs = a.changes()
+        v.merge(cs.to_bytes())
+        before = v.execute("SELECT * FROM _crr.cl ORDER BY id")
+        cs.cl = edit(cs.cl, "SELECT * REPLACE ('u' AS rel) FROM x")
+        if not tuples:
+            for rc in cs.relations:
+                rc.tuples = rc.tuples.slice(0, 0)
+        with pytest.raises(crr.ChangesetError, match="disagree about a tuple's relation or key hash"):
+            v.merge(cs.to_bytes())
+        assert v.execute("SELECT * FROM _crr.cl ORDER BY id") == before
+
+
+def test_a_tuple_without_its_entry_beside_another_relations_entry_of_its_id_gets_its_values() -> None:
+    """A replica's tuple whose entry came alone arrives again without that entry, beside a new row
+    and an entry of a table the site does not hold that carries the tuple's id (a corrupt changeset
+    the merge takes: that entry is ignored). Fails if the check for tuples without an entry in the
+    batch looked at every relation's entries rather than the replica's own: the MERGE would be
+    skipped and the tuple would stay without its values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    base = crr.Site(site_id="base")
+    base.execute("CREATE REPLICATED TABLE r (a INTEGER PRIMARY KEY, b INTEGER, c VARCHAR)")
+    base.execute("CREATE REPLICATED TABLE q (z INTEGER)")
+    v = _layout_site("replica")
+    base.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    first = base.changes(relations=["r"])
+    entries_only = base.changes(relations=["r"])
+    for rc in entries_only.relations:
+        rc.tuples = rc.tuples.slice(0, 0)
+    v.merge(entries_only.to_bytes())
+    cursor = base.cursor
+    base.execute("INSERT INTO r VALUES (3, 3, 'b')")
+    base.execute("INSERT INTO q VALUES (7)")
+    cs = base.changes(since=cursor)
+    rc = [x for x in cs.relations if x.name == "r"][0]
+    rc.tuples = pa.concat_tables([rc.tuples, first.relations[0].tuples])  # tuple 1 again, without its entry
+    cl = cs.cl.combine_chunks()
+    is_q = pc.equal(cl.column("rel"), "q")
+    q_rows = cl.filter(is_q)
+    q_rows = q_rows.set_column(0, cl.schema.field(0), first.cl.column("id"))  # q's entry takes tuple 1's id
+    cs.cl = pa.concat_tables([cl.filter(pc.invert(is_q)), q_rows])
+    v.merge(cs.to_bytes())
+    assert app(v, "r") == [(1, 1, "x"), (3, 3, "b")]
+    assert app(v, "p") == [(1, "x"), (3, "b")]
