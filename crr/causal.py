@@ -31,8 +31,12 @@ batch into 100k entries, with the paper's experiments: 11-13 ms against 8-10 ms)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crr.types import Column, key_hash_sql, quote_str
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored length keeps room to grow
 
@@ -62,7 +66,7 @@ class ReceivedEntries:
     some_unkeyed: bool  # whether some entry carries none
     one_per_key: bool  # whether no two entries share a key hash
     relation: str | None  # the one relation of every entry, when they have one
-    count: int = 0  # how many entries the home takes (rows of ``table`` of ``relations``)
+    ids: pa.ChunkedArray | None = None  # the ids of the entries the home takes (rows of ``table`` of ``relations``)
     first_lengths: bool = False  # whether every one has causal length 1 (its tuple's first insert)
     later_lengths: bool = False  # whether every one has a causal length above 1 (a delete or a re-insert)
     # tables (each with an ``id`` column) of the ids this site keeps outside the entries' home, all of

@@ -44,7 +44,7 @@ import sqlglot
 from sqlglot import exp
 
 from crr import aggregate, colocated, replica
-from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar, strings
+from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
@@ -441,13 +441,11 @@ class Maintainer:
         (its id was stored, it did not grow, its key has a rival, or it is not stored), or some
         received tuple's row is not among the written rows (with values, when ``values`` names the
         column that is NULL in a row without them: the UPDATE writes none)."""
-        received = self.slots.table(entries.table)
-        if received.num_rows != entries.count:  # the slot holds other homes' entries too
-            received = received.filter(pc.is_in(received.column("rel"), value_set=strings(sorted(entries.relations))))
+        assert entries.ids is not None
         ids = written.column("id")
-        if tuples is None and values is None and written.num_rows == received.num_rows:
+        if tuples is None and values is None and written.num_rows == len(entries.ids):
             return False  # written ids are distinct received ones: all of them
-        if not all_in(received.column("id"), ids):
+        if not all_in(entries.ids, ids):
             return True
         if tuples is None:
             return False

@@ -26,7 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crr.arrow_build import int64_scalar
+from crr.arrow_build import int64_scalar, strings
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
@@ -275,7 +275,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
 
 def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
     """The entries of ``cl`` of the given relations."""
-    return cl.filter(pc.is_in(cl.column("rel"), value_set=pa.array(sorted(relations), pa.string())))
+    return cl.filter(pc.is_in(cl.column("rel"), value_set=strings(sorted(relations))))
 
 
 def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
@@ -295,7 +295,7 @@ def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[s
         key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
-        relation=names[0] if len(names) == 1 else None, count=cl.num_rows,
+        relation=names[0] if len(names) == 1 else None, ids=cl.column("id"),
         first_lengths=pc.all(pc.equal(cl.column("cl"), _ONE)).as_py() is True,
         later_lengths=pc.all(pc.greater(cl.column("cl"), _ONE)).as_py() is True, elsewhere=elsewhere)
 
