@@ -8,7 +8,8 @@ Storage layout of one site (all inside one DuckDB file):
 
 * ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns (a remote
   source has none: it only feeds this site's views).
-* ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock.
+* ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock, and whether ``_crr.cl``
+  may hold entries whose key hash went unchecked (:attr:`Catalog.unchecked_entries`).
 * ``_crr.relations`` -- this catalog (one row per relation; ``derived`` marks a remote table or
   source that has received a view's monomials, which the maintainer's append-only path needs to know).
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
@@ -66,8 +67,9 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 6  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
-# 5: replicas keep their entries with their tuples ($e); 6: the catalog's ``orphans`` flag
+STORAGE_VERSION = 7  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
+# 5: replicas keep their entries with their tuples ($e); 6: the catalog's ``orphans`` flag;
+# 7: ``_crr.meta``'s ``unchecked_entries`` (Catalog.unchecked_entries)
 
 
 def aug_table(relation: str, suffix: str) -> str:
@@ -189,9 +191,14 @@ class Catalog(Mapping[str, Relation]):
     and ``without`` methods return new snapshots and never change this one.
     """
 
-    def __init__(self, relations: Mapping[str, Relation] | None = None) -> None:
+    def __init__(self, relations: Mapping[str, Relation] | None = None, *, unchecked_entries: bool = True) -> None:
         self._relations: dict[str, Relation] = dict(relations or {})
         self._lineage: dict[str, frozenset[str]] = {}  # computed on demand (the snapshot never changes)
+        # whether ``_crr.cl`` may hold an entry that arrived without its tuple, so that its relation
+        # and key hash were never compared with the tuple's values (``_crr.meta``'s
+        # ``unchecked_entries``; true when unknown). While it is false, an entry's key hash tells
+        # whether its id is stored (see crr.causal.NewEntryProbe).
+        self.unchecked_entries = unchecked_entries
 
     def __getitem__(self, name: str) -> Relation:
         return self._relations[name]
@@ -207,11 +214,15 @@ class Catalog(Mapping[str, Relation]):
 
     def with_(self, *relations: Relation) -> "Catalog":
         """A snapshot with these relations added or replaced (new ones after the existing ones)."""
-        return Catalog({**self._relations, **{r.name: r for r in relations}})
+        return Catalog({**self._relations, **{r.name: r for r in relations}}, unchecked_entries=self.unchecked_entries)
 
     def without(self, name: str) -> "Catalog":
         """A snapshot without the relation ``name``."""
-        return Catalog({n: r for n, r in self._relations.items() if n != name})
+        return Catalog({n: r for n, r in self._relations.items() if n != name}, unchecked_entries=self.unchecked_entries)
+
+    def with_unchecked_entries(self) -> "Catalog":
+        """A snapshot saying that ``_crr.cl`` may hold entries whose key hash went unchecked."""
+        return Catalog(self._relations, unchecked_entries=True)
 
     def changed(self, name: str, **fields: object) -> "Catalog":
         """A snapshot in which relation ``name`` has the given fields changed."""
@@ -327,6 +338,16 @@ CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, wid
                    "colocated, orphans")
 """``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
 TABLE, at the end: read them by name)."""
+
+UNCHECKED_ENTRIES = "unchecked_entries"
+"""The ``_crr.meta`` key of :attr:`Catalog.unchecked_entries` (value ``'true'`` or ``'false'``)."""
+
+
+def unchecked_entries_sql() -> str:
+    """Record in ``_crr.meta`` that ``_crr.cl`` may hold entries whose key hash went unchecked
+    (:attr:`Catalog.unchecked_entries`; it never turns false again)."""
+    return f"UPDATE {SCHEMA}.meta SET v = 'true' WHERE k = '{UNCHECKED_ENTRIES}'"
+
 
 def orphans_update_sql() -> str:
     """Set a relation's ``orphans`` flag (parameters: the flag, the relation's name)."""

@@ -48,11 +48,11 @@ from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Relation, orphans_update_sql
+from crr.catalog import Catalog, Relation, orphans_update_sql, unchecked_entries_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
-                        first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
+                        NewEntryProbe, first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
                         takes_first_insert, takes_later_update, tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
@@ -213,11 +213,15 @@ def view_errors(view: str) -> Iterator[None]:
 class Maintainer:
     """Runs one batch against a site's relations. One instance per transaction."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, slots: ArrowSlots, relations: Mapping[str, Relation],
+    def __init__(self, con: duckdb.DuckDBPyConnection, slots: ArrowSlots, relations: Catalog,
                  seq: int, widths: dict[str, tuple[int, int]]) -> None:
         self.con = con
         self.slots = slots  # where the batch's Arrow results are read from (crr.arrow_slots)
         self.rels = dict(relations)  # this batch's view of the catalog (see _mark_wide)
+        # whether _crr.cl may hold entries whose key hash went unchecked (Catalog.unchecked_entries),
+        # and whether this batch stored the first such ones (recorded in the file; the site stages it)
+        self.unchecked_entries = relations.unchecked_entries
+        self.stored_unchecked = False
         self.seq = seq
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
@@ -363,13 +367,18 @@ class Maintainer:
         written = []
         received = batch.received
         if received is not None:
+            probe = (NewEntryProbe.KEYS if received.keys_checked and not self.unchecked_entries
+                     else NewEntryProbe.IDS_AND_RIVALS)
             merged = self._write_entries(received, CL, None, None,
-                                         lambda: first_entries_insert_sql(received, self.seq),
+                                         lambda: first_entries_insert_sql(received, self.seq, probe),
                                          lambda: cl_update_sql(received, self.seq),
                                          lambda single: cl_merge_sql(received, self.seq, single))
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
+            if received.untupled is not None and not self.unchecked_entries and len(self.new_entries) \
+                    and pc.any(pc.is_valid(index_in(self.new_entries, received.untupled))).as_py():
+                self._note_unchecked_entries()
         for part in batch.replicas:
             written.append(self._merge_replica(part))
         written = [w for w in written if w.num_rows]
@@ -459,6 +468,13 @@ class Maintainer:
         :mod:`crr.causal`)."""
         return (received.some_keyed and received.one_per_key
                 and self.con.execute(present_key_versions_sql(received, home)).fetchall()[0][0] == 0)
+
+    def _note_unchecked_entries(self) -> None:
+        """Record that ``_crr.cl`` now holds an entry whose tuple did not come with it, so its key hash
+        went unchecked (:attr:`crr.catalog.Catalog.unchecked_entries`): from now on a batch of first
+        inserts probes the stored entries by id too (:class:`crr.causal.NewEntryProbe`)."""
+        self.x(unchecked_entries_sql())
+        self.unchecked_entries = self.stored_unchecked = True
 
     def _write_local_cl(self, local: LocalEntries) -> None:
         """Write a local write's exact growing entries in one MERGE."""

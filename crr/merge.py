@@ -19,6 +19,7 @@ Schemas are compared before any data is read (:func:`check_schema`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import Iterator
 
@@ -31,7 +32,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
-from crr.id_sets import id_storage
+from crr.id_sets import all_in, id_storage, index_in
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
@@ -205,6 +206,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     replica_rels = [rel for rel in catalog.values() if rel.replica] if keeps_replicas else []
     replicas = {rel.name for rel in replica_rels}
     replica_tuples: dict[str, Rows] = {}
+    tupled: list[pa.Array] = []  # ids of the received tuples of replicated tables ...
+    keyed_tupled: list[pa.Array] = []  # ... and of keyed ones (their entries' key hashes are recomputed)
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -218,8 +221,10 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             received = Rows(view, RowsKind.RECEIVED, idcol)
             if rel.is_base:
                 batch.base[rel.name] = received
+                tupled.append(id_storage(rc.tuples.column(idcol)))
                 if rel.key:
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
+                    keyed_tupled.append(tupled[-1])
             elif rel.name in homes:
                 colocated_tuples[rel.name] = received
             elif rel.name in replicas:
@@ -263,6 +268,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                                     frozenset(relations), sources, max_clock_skew, elsewhere)
                 if entries is not None:
                     by_home[home] = entries
+    if "" in by_home:
+        by_home[""] = _with_tuples_noted(by_home[""], tupled, keyed_tupled)
     batch.received = by_home.pop("", None)
     for source, co in homes.items():
         if source in colocated_tuples or source in by_home:
@@ -271,6 +278,18 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if name in replica_tuples or name in by_home:
             batch.replicas.append(replica.ReplicaBatch(name, replica_tuples.get(name), by_home.get(name)))
     return batch
+
+
+def _with_tuples_noted(entries: ReceivedEntries, tupled: list[pa.Array], keyed_tupled: list[pa.Array]) -> ReceivedEntries:
+    """``entries`` (of ``_crr.cl``) with ``keys_checked`` and ``untupled`` set from the ids of the
+    batch's received tuples of replicated tables (``tupled``) and of keyed ones (``keyed_tupled``)."""
+    assert entries.ids is not None
+    ids = id_storage(entries.ids)
+    found = index_in(ids, pa.concat_arrays(tupled)) if tupled else None
+    untupled = ids if found is None else ids.filter(pc.is_null(found))
+    keys_checked = (not entries.some_unkeyed and not len(untupled) and bool(keyed_tupled)
+                    and (len(keyed_tupled) == len(tupled) or all_in(ids, pa.concat_arrays(keyed_tupled))))
+    return dataclasses.replace(entries, keys_checked=keys_checked, untupled=untupled if len(untupled) else None)
 
 
 def _of(cl: pa.Table, relations: set[str]) -> pa.Table:

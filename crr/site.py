@@ -17,7 +17,8 @@ from crr.aggregate import create_sql as aggregate_create_sql
 from crr import colocated, replica
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION,
-                         Relation, aug_ddl, drop_ddl, relation_from_row, relation_row)
+                         UNCHECKED_ENTRIES, Relation, aug_ddl, drop_ddl, relation_from_row, relation_row,
+                         unchecked_entries_sql)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -105,11 +106,11 @@ class Site:
             meta = dict(con.execute(f"SELECT k, v FROM {SCHEMA}.meta").fetchall())
             if not meta:
                 meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
-                        "seq": "0", "hlc": "0"}
+                        "seq": "0", "hlc": "0", UNCHECKED_ENTRIES: "false"}
                 con.executemany(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", list(meta.items()))
             if upgradable(int(meta["version"])) and (site_id is None or meta["site_id"] == site_id):
                 upgrade(con, int(meta["version"]))
-                meta["version"] = str(STORAGE_VERSION)
+                meta = dict(con.execute(f"SELECT k, v FROM {SCHEMA}.meta").fetchall())
             con.commit()
         except BaseException:
             con.rollback()
@@ -124,6 +125,7 @@ class Site:
                             f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
                             "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
+        self._catalog = Catalog(unchecked_entries=meta.get(UNCHECKED_ENTRIES) != "false")
         rows = con.execute(CATALOG_ROWS_SQL).fetchall()
         for row in rows:
             rel = relation_from_row(row)
@@ -450,6 +452,7 @@ class Site:
                     remaining |= self.lineage(other.name)
             if rel.replica and rel.name in remaining:  # its entries stay, in _crr.cl, for the relations holding it
                 self._con.execute(replica.keep_entries_sql(rel))
+                self._note_unchecked_entries()
             for ddl in drop_ddl(rel):
                 self._con.execute(ddl)
             self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
@@ -606,6 +609,16 @@ class Site:
         """Stage the relations whose catalog entry the maintainer changed (it recorded them in the file)."""
         if m.marked:
             self._stage(self._rels.with_(*(m.rels[name] for name in m.marked)))
+        if m.stored_unchecked and not self._rels.unchecked_entries:
+            self._stage(self._rels.with_unchecked_entries())
+
+    def _note_unchecked_entries(self) -> None:
+        """Record in the open transaction that ``_crr.cl`` may hold entries whose key hash went
+        unchecked (:attr:`crr.catalog.Catalog.unchecked_entries`): entries moved in from a replica's or
+        a co-located view's table, whose merges recompute no key hash."""
+        if not self._rels.unchecked_entries:
+            self._con.execute(unchecked_entries_sql())
+            self._stage(self._rels.with_unchecked_entries())
 
     def _uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
         """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard
@@ -614,6 +627,7 @@ class Site:
             for stmt in colocated.uncolocate_sql(view, colocated.source_of(view)):
                 self._con.execute(stmt)
             self._stage(self._rels.changed(view.name, colocated=False))
+            self._note_unchecked_entries()
 
     def _bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
@@ -661,6 +675,7 @@ class Site:
                         if self._rels[rel.name].replica:
                             for stmt in replica.release_sql(self._rels[rel.name], rel):
                                 self._con.execute(stmt)
+                            self._note_unchecked_entries()
                     self._stage(self._rels.with_(*now))
                     self._con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
                 if grown or derived:

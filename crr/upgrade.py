@@ -19,14 +19,17 @@ Steps, each from one version to the next:
 * 5 -> 6: the catalog gains ``orphans`` (:attr:`crr.catalog.Relation.orphans`), added as true for
   every relation by :data:`crr.catalog.CATALOG_DDL`; a replicated table's is set to whether its
   ``$t`` holds a tuple without an entry in ``_crr.cl``, one anti-join per table.
+* 6 -> 7: ``_crr.meta`` gains ``unchecked_entries`` (:attr:`crr.catalog.Catalog.unchecked_entries`),
+  true: which of the stored entries arrived with their tuples was never recorded, so the file keeps
+  the merge's probe by id (it only costs a faster path).
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, aug_table, orphans_update_sql,
-                         relation_from_row, replica_table_ddl, replica_view_ddl)
+from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, UNCHECKED_ENTRIES, Relation, aug_table,
+                         orphans_update_sql, relation_from_row, replica_table_ddl, replica_view_ddl)
 from crr.causal import tuples_without_entries_sql
 from crr.merge import DERIVED_UPDATE_SQL
 from crr.replica import convert_sql
@@ -57,6 +60,11 @@ def not_narrow_rows_sql(rel: Relation) -> str:
 def set_version_sql() -> str:
     """Record the storage version in ``_crr.meta`` (one parameter: the version as text)."""
     return f"UPDATE {SCHEMA}.meta SET v = ? WHERE k = 'version'"
+
+
+def unchecked_entries_row_sql() -> str:
+    """6 -> 7: ``_crr.meta``'s ``unchecked_entries``, true (unknown for an older file)."""
+    return f"INSERT INTO {SCHEMA}.meta VALUES ('{UNCHECKED_ENTRIES}', 'true') ON CONFLICT DO NOTHING"
 
 
 def upgradable(version: int) -> bool:
@@ -92,4 +100,7 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
             if rel.is_base:
                 orphans = con.execute(tuples_without_entries_sql(rel.aug("t"))).fetchall()[0][0] > 0
                 con.execute(orphans_update_sql(), [orphans, rel.name])
+        version = 6
+    if version == 6:
+        con.execute(unchecked_entries_row_sql())
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])

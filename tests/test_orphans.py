@@ -152,6 +152,8 @@ def test_a_version_5_file_gets_each_tables_mark_from_its_tuples(tmp_path):
     site = crr.Site(path)
     assert site.execute("SELECT v FROM _crr.meta WHERE k = 'version'") == [(str(STORAGE_VERSION),)]
     assert site.relation("r").orphans and not site.relation("s").orphans
+    # and, on to version 7, it cannot tell which stored entries came with their tuples
+    assert site.execute("SELECT v FROM _crr.meta WHERE k = 'unchecked_entries'") == [("true",)]
     assert app(site, "v") == [(20, "one"), (21, "two")]
     writer = crr.Site(site_id="v5-base")  # the same rows, so the same tuple ids
     writer.execute(R)

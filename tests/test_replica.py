@@ -131,7 +131,12 @@ def test_dropping_a_replica_keeps_the_entries_other_relations_hold_tuples_of():
     s.execute("DROP VIEW j")
     b.execute("INSERT INTO r VALUES (2, 'b'), (3, 'c')")
     sync(b, s, "r")
+    unchecked = "SELECT v FROM _crr.meta WHERE k = 'unchecked_entries'"
+    assert s.execute(unchecked) == [("false",)]
     cursor = sync(b, s, "big")
+    # big's first monomials moved it out of the replica layout, its entries into _crr.cl, which $e
+    # checks no key hash of: fails if that was not recorded
+    assert s.execute(unchecked) == [("true",)]
     s.execute("DROP TABLE r")
     assert s.execute("SELECT count(*) FROM _crr.cl WHERE rel = 'r'") == [(2,)]
     assert app(s, "big") == [(2, "b"), (3, "c")]
