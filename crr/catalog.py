@@ -349,6 +349,63 @@ def unchecked_entries_sql() -> str:
     return f"UPDATE {SCHEMA}.meta SET v = 'true' WHERE k = '{UNCHECKED_ENTRIES}'"
 
 
+META_SQL = f"SELECT k, v FROM {SCHEMA}.meta"
+"""Every ``_crr.meta`` row ``(k, v)``: site id, storage version, counters, ``unchecked_entries``."""
+
+META_INSERT_SQL = f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)"
+"""Add a ``_crr.meta`` row: parameters (key, value)."""
+
+NEXT_POSITION_SQL = f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations"
+"""The catalog position of the next relation declared (relations are read back in that order)."""
+
+RELATION_DELETE_SQL = f"DELETE FROM {SCHEMA}.relations WHERE name = ?"
+"""Remove a relation's catalog row: parameter (name)."""
+
+STORED_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?"
+"""Mark a remote source as keeping its tuples (a join over it is declared): parameter (name)."""
+
+APP_TABLE_EXISTS_SQL = ("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
+                        "AND lower(table_name) = ?")
+"""Whether the main schema has a table of that name, any case (parameter: the folded name)."""
+
+
+def relation_insert_sql() -> str:
+    """Add a relation's catalog row (parameters: :func:`relation_row`)."""
+    return f"INSERT INTO {SCHEMA}.relations ({CATALOG_COLUMNS}) VALUES ({', '.join('?' * len(CATALOG_COLUMNS.split(',')))})"
+
+
+def base_provenance_sql(rel: Relation) -> str:
+    """A replicated table's tuples ``(c0, c1, ..., id)``: each is its own provenance."""
+    return f"SELECT {_aug_cols(rel)}, id FROM {rel.aug('t')}"
+
+
+def derived_provenance_sql(rel: Relation) -> str:
+    """A derived relation's tuples ``(c0, c1, ..., monomials)`` from ``$m``, each monomial's ids sorted."""
+    cols = _aug_cols(rel)
+    return f"SELECT {cols}, list_sort(list(ids)) FROM {rel.aug('m')} GROUP BY vid, {cols}"
+
+
+def _aug_cols(rel: Relation) -> str:
+    return ", ".join(c.name for c in rel.aug_columns)
+
+
+def stand_in_view_sql(rel: Relation) -> str:
+    """An empty temp view typed as a remote source (which has no APP table), so that DuckDB can type a
+    view's query over it (``DESCRIBE``) while the view is declared; :func:`stand_in_drop_sql` drops it."""
+    typed = ", ".join(f"CAST(NULL AS {c.type}) AS {quote_ident(c.name)}" for c in rel.columns)
+    return f"CREATE TEMP VIEW {quote_ident(rel.name)} AS SELECT {typed} LIMIT 0"
+
+
+def describe_query_sql(query: str) -> str:
+    """The columns ``(name, type, ...)`` DuckDB gives a query's result (a view's, as it is declared)."""
+    return f"DESCRIBE {query}"
+
+
+def stand_in_drop_sql(rel: Relation) -> str:
+    """Drop :func:`stand_in_view_sql`'s view."""
+    return f"DROP VIEW IF EXISTS temp.main.{quote_ident(rel.name)}"
+
+
 def orphans_update_sql() -> str:
     """Set a relation's ``orphans`` flag (parameters: the flag, the relation's name)."""
     return f"UPDATE {SCHEMA}.relations SET orphans = ? WHERE name = ?"

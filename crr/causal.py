@@ -397,3 +397,9 @@ def local_flips_sql(local: LocalEntries) -> str:
     """FROM text of ``(id, rel, vis)`` of the local entries whose visibility flipped."""
     assert local.table is not None
     return f"(SELECT d.id, d.rel, (d.cl % 2 = 1) AS vis FROM {local.table} d WHERE (d.cl % 2 = 1) <> d.old_vis)"
+
+
+def relation_entries_delete_sql() -> str:
+    """Remove a relation's entries from ``_crr.cl`` (parameter: its name): the last relation holding
+    its tuples was dropped."""
+    return "DELETE FROM _crr.cl WHERE rel = ?"

@@ -149,7 +149,7 @@ def _received_rows_sql(view: Relation, batch: ColocatedBatch, derivations: str |
     else:
         entries = f"({empty_entries_sql()})"
     derived = f"({derivations})" if derivations is not None else (
-        f"(SELECT NULL::UHUGEINT AS id, NULL::UHUGEINT AS vid, "
+        "(SELECT NULL::UHUGEINT AS id, NULL::UHUGEINT AS vid, "
         + ", ".join(f"NULL::{c.type} AS {c.name}" for c in view.aug_columns) + " WHERE false)")
     return f"""(SELECT coalesce(e.id, x.id) AS id, e.rel, e.cl, e.kh, e.stamp, e.vis, coalesce(e.grew, false) AS grew,
                    x.vid, {', '.join(f'x.{c.name}' for c in view.aug_columns)}

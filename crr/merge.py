@@ -45,6 +45,12 @@ CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIM
     SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated"""
 """Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
 
+PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
+"""A tracked stream's cursor: parameters (peer, relation)."""
+
+PEER_CURSORS_SQL = f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors ORDER BY peer, relation"
+"""Every tracked stream's cursor and when it last moved."""
+
 LINEAGE_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?"
 """Store a relation's grown lineage: parameters (lineage as JSON, name)."""
 

@@ -16,9 +16,11 @@ from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
 from crr import colocated, replica
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import (CATALOG_COLUMNS, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, Catalog, SCHEMA, STORAGE_VERSION,
-                         UNCHECKED_ENTRIES, Relation, aug_ddl, drop_ddl, relation_from_row, relation_row,
-                         unchecked_entries_sql)
+from crr.catalog import (APP_TABLE_EXISTS_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, META_INSERT_SQL, META_SQL,
+                         NEXT_POSITION_SQL, RELATION_DELETE_SQL, SCHEMA, STORAGE_VERSION, STORED_UPDATE_SQL,
+                         UNCHECKED_ENTRIES, Catalog, Relation, aug_ddl, base_provenance_sql, derived_provenance_sql,
+                         describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
+                         stand_in_drop_sql, stand_in_view_sql, unchecked_entries_sql)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -26,12 +28,14 @@ from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError,
 from crr.point import PointResult, PointWrite, param_texts
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer
-from crr.batch_rows import Rows, RowsKind, cols_sql
-from crr.causal import LocalEntries
+from crr.batch_rows import Rows, RowsKind
+from crr.causal import LocalEntries, relation_entries_delete_sql
 from crr.changes import collect_changes
-from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, MergeInputs, MergeResult,
-                       changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge)
-from crr.types import Column, quote_ident, type_family
+from crr.counters import counters_update_sql, largest_seq_sql, largest_stamp_sql
+from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, PEER_CURSOR_SQL, PEER_CURSORS_SQL,
+                       MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived,
+                       plan_merge)
+from crr.types import Column, type_family, type_probe_sql
 from crr.upgrade import upgradable, upgrade
 from crr.writes import prepare_update, prepare_write
 from crr.sql import dml
@@ -103,14 +107,14 @@ class Site:
         try:
             for ddl in CATALOG_DDL:
                 con.execute(ddl)
-            meta = dict(con.execute(f"SELECT k, v FROM {SCHEMA}.meta").fetchall())
+            meta = dict(con.execute(META_SQL).fetchall())
             if not meta:
                 meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
                         "seq": "0", "hlc": "0", UNCHECKED_ENTRIES: "false"}
-                con.executemany(f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)", list(meta.items()))
+                con.executemany(META_INSERT_SQL, list(meta.items()))
             if upgradable(int(meta["version"])) and (site_id is None or meta["site_id"] == site_id):
                 upgrade(con, int(meta["version"]))
-                meta = dict(con.execute(f"SELECT k, v FROM {SCHEMA}.meta").fetchall())
+                meta = dict(con.execute(META_SQL).fetchall())
             con.commit()
         except BaseException:
             con.rollback()
@@ -144,21 +148,13 @@ class Site:
         ``_crr.cl``, so the largest of those is the counter. DDL, which can drop such rows, and
         ``close`` store both counters in ``_crr.meta``.
         """
-        rels = self._rels.values()
-        tables = ["_crr.cl"] + [rel.aug("t" if rel.is_base else "m") for rel in rels
-                                if rel.stored and not rel.colocated and not rel.replica]
-        seqs = ([f"SELECT max(seq) AS s FROM {t}" for t in tables] + [colocated.max_seq_sql(r) for r in rels if r.colocated]
-                + [replica.max_seq_sql(r) for r in rels if r.replica])
-        seen = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(seqs)})").fetchall()[0][0] or 0
-        stamps = ([f"SELECT max(stamp) AS s FROM {SCHEMA}.cl"] + [colocated.max_stamp_sql(r) for r in rels if r.colocated]
-                  + [replica.max_stamp_sql(r) for r in rels if r.replica])
-        stamp = self._con.execute(f"SELECT max(s) FROM ({' UNION ALL '.join(stamps)})").fetchall()[0][0] or 0
+        seen = self._con.execute(largest_seq_sql(self._rels)).fetchall()[0][0] or 0
+        stamp = self._con.execute(largest_stamp_sql(self._rels)).fetchall()[0][0] or 0
         return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
 
     def _save_counters(self) -> None:
         """Store the sequence number and clock in ``_crr.meta`` (see :meth:`_recover_counters`)."""
-        self._con.execute(f"UPDATE {SCHEMA}.meta SET v = CASE k WHEN 'seq' THEN ? ELSE ? END "
-                          "WHERE k IN ('seq', 'hlc')", [str(self._seq), str(self._clock.last)])
+        self._con.execute(counters_update_sql(), [str(self._seq), str(self._clock.last)])
 
     def _compile(self, name: str, sql: str):
         from crr.sql.statements import parse_one
@@ -178,14 +174,13 @@ class Site:
             # remote sources have no APP table: stand in empty typed views while DuckDB types the query
             sources = [r for r in self._rels.values() if r.kind is RelationKind.SOURCE]
             for r in sources:
-                typed = ", ".join(f"CAST(NULL AS {c.type}) AS {quote_ident(c.name)}" for c in r.columns)
-                self._con.execute(f"CREATE TEMP VIEW {quote_ident(r.name)} AS SELECT {typed} LIMIT 0")
+                self._con.execute(stand_in_view_sql(r))
             try:
                 with _translated_errors():
-                    return [(r[0], r[1]) for r in self._con.execute(f"DESCRIBE {sql}").fetchall()]
+                    return [(r[0], r[1]) for r in self._con.execute(describe_query_sql(sql)).fetchall()]
             finally:
                 for r in sources:
-                    self._con.execute(f"DROP VIEW IF EXISTS temp.main.{quote_ident(r.name)}")
+                    self._con.execute(stand_in_drop_sql(r))
 
         if is_aggregate(tree):
             spec = analyse_aggregate(name, tree, columns, describe)
@@ -274,12 +269,11 @@ class Site:
         if not rel.stored:
             raise CatalogError(f"{rel.name} is a remote source that keeps no tuples at this site (no view joins it)")
         if rel.is_base:
-            rows = self._con.execute(f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}").fetchall()
+            rows = self._con.execute(base_provenance_sql(rel)).fetchall()
             return {tuple(r[:-1]): [[r[-1]]] for r in rows}
         if rel.colocated:
             return {tuple(r[:-1]): r[-1] for r in self._con.execute(colocated.provenance_sql(rel)).fetchall()}
-        rows = self._con.execute(f"""SELECT {cols_sql(rel)}, list_sort(list(ids)) FROM {rel.aug('m')}
-                                     GROUP BY vid, {cols_sql(rel)}""").fetchall()
+        rows = self._con.execute(derived_provenance_sql(rel)).fetchall()
         return {tuple(r[:-1]): r[-1] for r in rows}
 
     # -- statements ----------------------------------------------------------------------------
@@ -342,11 +336,11 @@ class Site:
         if self._name_taken(stmt.name, stmt.if_not_exists):
             return []
         with self._transaction():
-            cols_sql_ = ", ".join(f"{quote_ident(c.name)} {c.type_sql}" for c in stmt.columns)
+            create, describe, drop = type_probe_sql([(c.name, c.type_sql) for c in stmt.columns])
             with _translated_errors():
-                self._con.execute(f"CREATE TEMP TABLE _crr_probe ({cols_sql_})")
-            described = self._con.execute("DESCRIBE temp.main._crr_probe").fetchall()
-            self._con.execute("DROP TABLE temp.main._crr_probe")
+                self._con.execute(create)
+            described = self._con.execute(describe).fetchall()
+            self._con.execute(drop)
             columns = [Column(r[0], r[1]) for r in described]
             for c in columns:
                 type_family(c.type)
@@ -368,8 +362,7 @@ class Site:
         return False
 
     def _app_exists(self, name: str) -> bool:
-        return bool(self._con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-                                      "AND lower(table_name) = ?", [name]).fetchall()[0][0])
+        return bool(self._con.execute(APP_TABLE_EXISTS_SQL, [name]).fetchall()[0][0])
 
     def _create_aug(self, rel: Relation) -> None:
         """Create a relation's AUG and APP tables; a replica takes in the entries ``_crr.cl`` kept for
@@ -383,9 +376,8 @@ class Site:
 
     def _add_relation(self, rel: Relation) -> None:
         self._create_aug(rel)
-        pos = self._con.execute(f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relations").fetchall()[0][0]
-        row = relation_row(rel, pos)
-        self._con.execute(f"INSERT INTO {SCHEMA}.relations ({CATALOG_COLUMNS}) VALUES ({', '.join('?' * len(row))})", row)
+        pos = self._con.execute(NEXT_POSITION_SQL).fetchall()[0][0]
+        self._con.execute(relation_insert_sql(), relation_row(rel, pos))
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):
@@ -405,7 +397,7 @@ class Site:
             self._uncolocate(self._rels.with_(rel))  # a view over a co-located view or its source
             for source in to_store:
                 self._create_aug(source)
-                self._con.execute(f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?", [source.name])
+                self._con.execute(STORED_UPDATE_SQL, [source.name])
             self._add_relation(rel)
             if spec is not None:
                 for ddl in aggregate_create_sql(spec, plan.columns):
@@ -455,9 +447,9 @@ class Site:
                 self._note_unchecked_entries()
             for ddl in drop_ddl(rel):
                 self._con.execute(ddl)
-            self._con.execute(f"DELETE FROM {SCHEMA}.relations WHERE name = ?", [rel.name])
+            self._con.execute(RELATION_DELETE_SQL, [rel.name])
             for base in self.lineage(rel.name) - remaining:
-                self._con.execute(f"DELETE FROM {SCHEMA}.cl WHERE rel = ?", [base])
+                self._con.execute(relation_entries_delete_sql(), [base])
             self._save_counters()  # the rows dropped may have held the largest sequence number
             self._stage(self._rels.without(rel.name))
         self._widths.pop(rel.name, None)
@@ -691,12 +683,10 @@ class Site:
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._check_open()
-        rows = self._con.execute(f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?",
-                                 [peer, fold_identifier(relation)]).fetchall()
+        rows = self._con.execute(PEER_CURSOR_SQL, [peer, fold_identifier(relation)]).fetchall()
         return int(rows[0][0]) if rows else 0
 
     def peer_cursors(self) -> list[tuple[str, str, int, Any]]:
         """All tracked cursors: (peer, relation, cursor, last update time)."""
         self._check_open()
-        return self._con.execute(f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors "
-                                 "ORDER BY peer, relation").fetchall()
+        return self._con.execute(PEER_CURSORS_SQL).fetchall()

@@ -577,3 +577,14 @@ def tuple_id_of_texts(relation: str, columns: Sequence[Column], texts: Sequence[
 def key_hash_of_texts(relation: str, key_columns: Sequence[Column], texts: Sequence[str | None]) -> int:
     """The key hash of a row's key values given as carried texts; equals :func:`key_hash_sql`."""
     return _md5_number(text_encoding("key:" + relation, key_columns, texts))
+
+
+TYPE_PROBE = "_crr_probe"  # the temp table :func:`type_probe_sql` creates
+
+
+def type_probe_sql(columns: list[tuple[str, str]]) -> list[str]:
+    """Statements that give declared columns (``(name, type as written)``) the types DuckDB stores
+    them as: create an empty temp table, ``DESCRIBE`` it (the second statement's rows), drop it."""
+    declared = ", ".join(f"{quote_ident(name)} {type_sql}" for name, type_sql in columns)
+    return [f"CREATE TEMP TABLE {TYPE_PROBE} ({declared})", f"DESCRIBE temp.main.{TYPE_PROBE}",
+            f"DROP TABLE temp.main.{TYPE_PROBE}"]
