@@ -399,6 +399,15 @@ def local_flips_sql(local: LocalEntries) -> str:
     return f"(SELECT d.id, d.rel, (d.cl % 2 = 1) AS vis FROM {local.table} d WHERE (d.cl % 2 = 1) <> d.old_vis)"
 
 
+def disagreeing_entries_sql(relation: str, written: str) -> str:
+    """How many entries of ``_crr.cl`` carry the id of a row a local write adds to ``relation`` but
+    another relation or key hash (``written``: the name of the table of those rows ``(id, kh, ...)``).
+    Only an entry that arrived without its tuple can (:attr:`crr.catalog.Catalog.unchecked_entries`):
+    an id is a hash of the relation and the values."""
+    return (f"SELECT count(*) FROM {written} w JOIN _crr.cl c ON c.id = w.id "
+            f"WHERE c.rel <> {quote_str(relation)} OR c.kh IS DISTINCT FROM w.kh")
+
+
 def relation_entries_delete_sql() -> str:
     """Remove a relation's entries from ``_crr.cl`` (parameter: its name): the last relation holding
     its tuples was dropped."""

@@ -21,7 +21,10 @@ types skips the rows statement: Python writes their texts (:func:`param_texts`),
 of a new row runs 3. An INSERT of a key (unkeyed: a row) the site has an entry of, or into a table
 that may hold tuples without entries (:attr:`crr.catalog.Relation.orphans`), runs the general
 sequence (rows, lookup, entries, tuples, APP rows; one statement more when the new-keys INSERT was
-tried first and wrote nothing). Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
+tried first and wrote nothing). At a site whose ``_crr.cl`` may hold entries that came without their
+tuples (:attr:`crr.catalog.Catalog.unchecked_entries`), a write adding rows that takes the general
+sequence runs one statement more, which refuses an added row whose id has an entry of another
+relation or key hash. Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
 equal to the SQL computation, which would cost more to plan than the whole lookup costs to run.
 Values travel between the statements as DuckDB's own text form of each value
 (:func:`crr.types.value_text_sql`, cast back by :func:`crr.types.text_value_sql`), which is exact
@@ -46,7 +49,7 @@ from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
                        tuple_id_of_texts, type_family, value_text_sql)
-from crr.writes import key_clash_error, null_error, repeated_key_error
+from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
 
@@ -63,6 +66,7 @@ class Statement(Enum):
     APP_INSERT = "app insert"
     APP_DELETE = "app delete"
     APP_UPDATE = "app update"  # one row replaced by another
+    DISAGREEING_ENTRIES = "disagreeing entries"  # entries of added ids under another relation or key
 
 
 @dataclass
@@ -175,18 +179,35 @@ def cl_insert_sql(rel: Relation, count: int) -> str:
     return f"INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) VALUES {', '.join([row] * count)}"
 
 
-def new_keys_cl_insert_sql(rel: Relation, keys: list[int], ids: list[int]) -> str:
+def new_keys_cl_insert_sql(rel: Relation, keys: list[int], ids: list[int], unchecked_entries: bool) -> str:
     """``Statement.NEW_KEYS_CL_INSERT``: an INSERT's causal-length entries (parameters (id, kh, stamp,
     seq) per entry, each of length 1 and visible), written only if the site has no entry of any of
     their key hashes (keyed) or ids (unkeyed); its count says whether it wrote them. It stands for
-    the lookup and the entry INSERT of a write of rows new to the site (:meth:`PointWrite._insert_new`)."""
-    probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
-        f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
+    the lookup and the entry INSERT of a write of rows new to the site (:meth:`PointWrite._insert_new`).
+    When ``_crr.cl`` may hold entries whose key hash went unchecked (``unchecked_entries``), an entry
+    of one of the ids under any relation or key hash stops it too: the lookup then finds it and the
+    write is refused (:func:`disagreeing_entries_sql`). Otherwise an id's stored entry has the same
+    relation and key hash as the row (an id is a hash of the relation and the values)."""
+    id_list = ", ".join(f"{i}::UHUGEINT" for i in ids)
+    probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else f"id IN ({id_list})"
     row = f"?::UHUGEINT, {quote_str(rel.name)}, 1, ?::UHUGEINT, ?::UHUGEINT, true, ?"
     # one row as a plain SELECT (1.0 against 1.3 ms from a one-row VALUES list, measured alone on 200 rows)
     rows = f"SELECT {row}" if len(ids) == 1 else f"SELECT * FROM (VALUES {', '.join([f'({row})'] * len(ids))})"
+    stored = f"rel = {quote_str(rel.name)} AND {probe}"
+    if unchecked_entries:
+        stored = f"({stored}) OR id IN ({id_list})"
     return f"""INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {rows}
-               WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.cl WHERE rel = {quote_str(rel.name)} AND {probe})"""
+               WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.cl WHERE {stored})"""
+
+
+def disagreeing_entries_sql(rel: Relation, count: int) -> str:
+    """``Statement.DISAGREEING_ENTRIES``: how many entries carry the id of one of ``count`` rows a write
+    adds (parameters (id, kh) per row) under another relation or key hash; run only when ``_crr.cl``
+    may hold entries whose key hash went unchecked (see :func:`crr.causal.disagreeing_entries_sql`,
+    the batch path's)."""
+    rows = ", ".join(["(?::UHUGEINT, ?::UHUGEINT)"] * count)
+    return (f"SELECT count(*) FROM (VALUES {rows}) w(id, kh) JOIN {SCHEMA}.cl c ON c.id = w.id "
+            f"WHERE c.rel <> {quote_str(rel.name)} OR c.kh IS DISTINCT FROM w.kh")
 
 
 def _typed_row(rel: Relation) -> str:
@@ -277,13 +298,16 @@ class PointWrite:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
-              clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None) -> PointResult | None:
+              clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None, *,
+              unchecked_entries: bool) -> PointResult | None:
         """Apply a write whose rows ``source`` yields (see :func:`rows_sql`) to the table's own state.
 
         ``given``: the rows' texts when the caller has them already (:func:`param_texts`); then
         ``source`` is not run. Returns what it did, or None, having written nothing, when the
         statement writes more than :data:`POINT_ROWS` rows. Relations deriving from the table are
-        the caller's to maintain from the result.
+        the caller's to maintain from the result. ``unchecked_entries``: the site's
+        :attr:`crr.catalog.Catalog.unchecked_entries` (then an added row whose id has an entry of another
+        relation or key hash is refused, by one statement more).
         """
         found = given if given is not None else self._run(rows_sql(rel, source, old, new), params)
         if len(found) > POINT_ROWS:
@@ -300,9 +324,13 @@ class PointWrite:
         if not rows:
             return PointResult(0, False, [], [])
         if new and not old and not rel.orphans:
-            inserted = self._insert_new(rel, list(rows.values()), clock, seq)
+            inserted = self._insert_new(rel, list(rows.values()), clock, seq, unchecked_entries)
             if inserted is not None:
                 return inserted
+        if new and unchecked_entries:
+            added = list({r.id: r for r in rows.values() if r.new}.values())
+            if self._run(disagreeing_entries_sql(rel, len(added)), [p for r in added for p in (r.id, r.kh)])[0][0]:
+                raise disagreeing_entry_error(rel)
         ids = sorted({r.id for r in rows.values()})
         versions: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # per key hash (keyed) or id
         stored: set[int] = set()
@@ -326,7 +354,8 @@ class PointWrite:
         fresh = sorted({r.id for r in news if not r.stored})
         return PointResult(count, changed, flips, added, fresh)
 
-    def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int) -> PointResult | None:
+    def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
+                    unchecked_entries: bool) -> PointResult | None:
         """An INSERT whose keys (ids, unkeyed) the site has no entry of: one statement writes their
         entries (:func:`new_keys_cl_insert_sql`, in place of the lookup and the entry INSERT), then
         the tuples and the APP rows. Every tuple of the table has an entry (``rel.orphans`` is false),
@@ -341,8 +370,8 @@ class PointWrite:
             stamp = clock.tick()
         ids = [r.id for r in distinct]
         params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)]
-        written = self._run(new_keys_cl_insert_sql(rel, sorted({r.kh for r in distinct}) if rel.key else [], ids),
-                            params)[0][0]
+        written = self._run(new_keys_cl_insert_sql(rel, sorted({r.kh for r in distinct}) if rel.key else [], ids,
+                                                   unchecked_entries), params)[0][0]
         if not written:
             return None
         self._run(tuples_insert_sql(rel, len(distinct)), [p for r in distinct for p in (r.id, *r.values, seq)])

@@ -490,7 +490,8 @@ class Site:
             with _translated_errors():
                 point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                                     new=stmt.kind is not DmlKind.DELETE, params=params,
-                                                    clock=self._clock, seq=self._seq + 1, given=given)
+                                                    clock=self._clock, seq=self._seq + 1, given=given,
+                                                    unchecked_entries=self._rels.unchecked_entries)
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed and self._read_elsewhere(rel):
                     self._maintain_point(rel, point)
@@ -500,7 +501,8 @@ class Site:
             if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None
                 with _translated_errors():
-                    batch, count = prepare_update(self._con, rel, f"({rq.new})", self._clock, params)
+                    batch, count = prepare_update(self._con, rel, f"({rq.new})", self._clock, params,
+                                                  unchecked_entries=self._rels.unchecked_entries)
                 self._apply(batch)
             elif stmt.kind is DmlKind.INSERT:
                 count = self._write(rel, None, f"({rq.new})", params)
@@ -576,7 +578,8 @@ class Site:
     def _prepare(self, rel: Relation, old: str | None, new: str | None, params=None) -> tuple[Batch, int]:
         """The batch of a write whose removed/added rows ``old``/``new`` select (see prepare_write)."""
         with _translated_errors():
-            return prepare_write(self._con, rel, old, new, self._clock, params)
+            return prepare_write(self._con, rel, old, new, self._clock, params,
+                                 unchecked_entries=self._rels.unchecked_entries)
 
     def _write(self, rel: Relation, old: str | None, new: str | None, params=None) -> int:
         """Apply a local write (inside the caller's transaction); return the rows it affected."""

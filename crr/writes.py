@@ -20,9 +20,9 @@ import duckdb
 
 from crr.catalog import Relation
 from crr.clock import HybridClock
-from crr.errors import ConstraintError
+from crr.errors import ChangesetError, ConstraintError
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, cols_sql
-from crr.causal import LocalEntries
+from crr.causal import LocalEntries, disagreeing_entries_sql
 from crr.maintain import Batch, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
@@ -32,7 +32,7 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None):
 
 
 def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None, new: str | None,
-                  clock: HybridClock, params: list | dict | None = None) -> tuple[Batch, int]:
+                  clock: HybridClock, params: list | dict | None = None, *, unchecked_entries: bool) -> tuple[Batch, int]:
     """Build the batch for a write; return it with the number of rows the statement affected.
 
     ``old`` and ``new`` are FROM texts (a query in parentheses, or a temp table) of the rows the
@@ -40,7 +40,9 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     bound to the first of them read. A keyed write's stamp exceeds every stamp this site knows for
     the keys it writes, so the new version wins over each version it replaces (the hybrid clock
     observes them first). Two statements for a DELETE, three for an INSERT, four for an UPDATE; the
-    maintainer then writes ``_crr.cl``, the AUG tuples and the APP table.
+    maintainer then writes ``_crr.cl``, the AUG tuples and the APP table. ``unchecked_entries``: the
+    site's :attr:`crr.catalog.Catalog.unchecked_entries`; then one statement more refuses a row whose
+    id has a stored entry of another relation or key hash (:func:`disagreeing_entry_error`).
     """
     keyed = bool(rel.key)
     kh = key_hash_sql(rel.name, rel.key_aug_columns, "w") if keyed else "NULL::UHUGEINT"
@@ -56,6 +58,8 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
         count = _one(con, f"""CREATE OR REPLACE TEMP TABLE _crr_wnew AS
                               SELECT {rid} AS id, {kh} AS kh, {cols} FROM {new} w""", params)[0]
         seen = _check_new_rows(con, rel, deleting=old is not None)
+        if unchecked_entries and _one(con, disagreeing_entries_sql(rel.name, temp_table("_crr_wnew")))[0]:
+            raise disagreeing_entry_error(rel)
         if keyed:
             clock.observe(seen)
             stamp = clock.tick()
@@ -97,7 +101,7 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
 
 
 def prepare_update(con: duckdb.DuckDBPyConnection, rel: Relation, rows: str, clock: HybridClock,
-                   params: list | dict | None = None) -> tuple[Batch, int]:
+                   params: list | dict | None = None, *, unchecked_entries: bool) -> tuple[Batch, int]:
     """The batch of an UPDATE whose rows ``rows`` (a FROM text) yields, each with its old values
     (``o0, o1, ...``) beside its new ones (``c0, c1, ...``); return it with the rows updated.
 
@@ -108,7 +112,7 @@ def prepare_update(con: duckdb.DuckDBPyConnection, rel: Relation, rows: str, clo
     count = _one(con, f"CREATE OR REPLACE TEMP TABLE _crr_wrows AS SELECT * FROM {rows} w", params)[0]
     olds = ", ".join(f"o{i} AS c{i}" for i in range(len(rel.columns)))
     batch, _ = prepare_write(con, rel, f"(SELECT {olds} FROM {temp_table('_crr_wrows')})",
-                             temp_table("_crr_wrows"), clock)
+                             temp_table("_crr_wrows"), clock, unchecked_entries=unchecked_entries)
     return batch, count
 
 
@@ -161,6 +165,14 @@ def repeated_key_error(rel: Relation) -> ConstraintError:
     """The statement writes one key with two different rows."""
     return ConstraintError(f"the statement writes a key of {rel.name} ({', '.join(rel.key)}) more than once with "
                            "different values; nothing was written")
+
+
+def disagreeing_entry_error(rel: Relation) -> ChangesetError:
+    """A written row's id has a stored entry of another relation or key hash: a corrupt or forged
+    changeset stored it without its tuple."""
+    return ChangesetError(f"this site holds a causal-length entry with the id of a row written to {rel.name} but "
+                          "another relation or key, which a corrupt or forged changeset stored; nothing was written. "
+                          "Rebuild the site from a trusted peer (a fresh site merging the peer's changes())")
 
 
 def key_clash_error(rel: Relation, row: Sequence[Any]) -> ConstraintError:

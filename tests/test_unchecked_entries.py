@@ -160,3 +160,45 @@ def test_a_version_6_file_is_upgraded_with_its_entries_taken_as_unchecked(tmp_pa
     inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
     assert len(inserts) == 1 and "c.id = d.id" in inserts[0]
     assert app(b, "t") == [(1, "x"), (2, "y")]
+
+
+def forged_site() -> tuple[crr.Site, crr.Site]:
+    """``b`` holds, from a forged changeset without tuples, the entry of the id of t's row (1, 'x')
+    under a wrong key hash, and the entry of the id of u's row (7, 'q') relabelled as t's."""
+    a, b = pair()
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE u (k INT, v VARCHAR)")
+    a.execute("INSERT INTO t VALUES (1, 'x')")
+    a.execute("INSERT INTO u VALUES (7, 'q')")
+    forged = without_tuples(a.changes())
+    forged.cl = edit(forged.cl, "SELECT id, 't' AS rel, cl, coalesce(kh, 0::UHUGEINT) + 1 AS kh, stamp FROM x")
+    b.merge(forged)
+    assert flag(b) == [("true",)]
+    return a, b
+
+
+@pytest.mark.parametrize("write", [
+    "INSERT INTO t VALUES (1, 'x')",  # the point path's new-keys INSERT
+    "INSERT INTO t VALUES (1, 'x'), (2, 'y')",
+    "INSERT INTO u VALUES (7, 'q')",  # unkeyed: the id is stored under t
+    "insert_many t",  # the batch path
+    "insert_many u",
+    "UPDATE t SET k = 1, v = 'x' WHERE k = 5",  # the point path's general sequence
+])
+def test_a_local_write_of_a_row_whose_id_a_forged_entry_holds_is_refused(write):
+    """A site holding unchecked entries refuses a local write adding a row whose id has an entry of
+    another relation or key hash, and changes nothing. Fails if a write path skipped the check: the
+    row's id would be stored twice, or its write would grow the forged entry."""
+    a, b = forged_site()
+    if write.startswith("UPDATE"):
+        b.execute("INSERT INTO t VALUES (5, 'five')")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="another relation or key, which a corrupt or forged changeset"):
+        if write.startswith("insert_many"):
+            table = write.split()[1]
+            b.insert_many(table, [(1, "x")] if table == "t" else [(7, "q")])
+        else:
+            b.execute(write)
+    assert state(b) == before and duplicate_ids(b) == []
+    b.execute("INSERT INTO t VALUES (3, 'z')")  # other rows are written as before
+    assert app(b, "t") == ([(3, "z"), (5, "five")] if write.startswith("UPDATE") else [(3, "z")])
