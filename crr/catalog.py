@@ -374,21 +374,6 @@ def relation_insert_sql() -> str:
     return f"INSERT INTO {SCHEMA}.relations ({CATALOG_COLUMNS}) VALUES ({', '.join('?' * len(CATALOG_COLUMNS.split(',')))})"
 
 
-def base_provenance_sql(rel: Relation) -> str:
-    """A replicated table's tuples ``(c0, c1, ..., id)``: each is its own provenance."""
-    return f"SELECT {_aug_cols(rel)}, id FROM {rel.aug('t')}"
-
-
-def derived_provenance_sql(rel: Relation) -> str:
-    """A derived relation's tuples ``(c0, c1, ..., monomials)`` from ``$m``, each monomial's ids sorted."""
-    cols = _aug_cols(rel)
-    return f"SELECT {cols}, list_sort(list(ids)) FROM {rel.aug('m')} GROUP BY vid, {cols}"
-
-
-def _aug_cols(rel: Relation) -> str:
-    return ", ".join(c.name for c in rel.aug_columns)
-
-
 def stand_in_view_sql(rel: Relation) -> str:
     """An empty temp view typed as a remote source (which has no APP table), so that DuckDB can type a
     view's query over it (``DESCRIBE``) while the view is declared; :func:`stand_in_drop_sql` drops it."""

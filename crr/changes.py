@@ -42,6 +42,18 @@ def derived_tuples_sql(rel: Relation, since: int) -> str:
     return f"SELECT DISTINCT ON (vid) vid, {cols_sql(rel)} FROM {rel.aug('m')} WHERE seq > {int(since)}"
 
 
+def base_provenance_sql(rel: Relation) -> str:
+    """Every tuple ``(c0, c1, ..., id)`` of a replicated table (``Site.provenance``): each is its own
+    provenance."""
+    return f"SELECT {cols_sql(rel)}, id FROM {rel.aug('t')}"
+
+
+def derived_provenance_sql(rel: Relation) -> str:
+    """Every tuple ``(c0, c1, ..., monomials)`` of a derived relation's ``$m`` (``Site.provenance``),
+    each monomial's ids sorted."""
+    return f"SELECT {cols_sql(rel)}, list_sort(list(ids)) FROM {rel.aug('m')} GROUP BY vid, {cols_sql(rel)}"
+
+
 def cl_entries_sql(relations: set[str], since: int) -> str:
     """Causal-length entries ``(id, rel, cl, kh, stamp)`` of the given base relations changed after ``since``."""
     rels = ", ".join(quote_str(r) for r in sorted(relations)) or "NULL"

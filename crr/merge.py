@@ -212,8 +212,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     replica_rels = [rel for rel in catalog.values() if rel.replica] if keeps_replicas else []
     replicas = {rel.name for rel in replica_rels}
     replica_tuples: dict[str, Rows] = {}
-    tupled: list[pa.Array] = []  # ids of the received tuples of replicated tables ...
-    keyed_tupled: list[pa.Array] = []  # ... and of keyed ones (their entries' key hashes are recomputed)
+    tupled: list[pa.ChunkedArray] = []  # ids of the received tuples of replicated tables ...
+    keyed_tupled: list[pa.ChunkedArray] = []  # ... and of keyed ones (their entries' key hashes are recomputed)
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -227,7 +227,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
             received = Rows(view, RowsKind.RECEIVED, idcol)
             if rel.is_base:
                 batch.base[rel.name] = received
-                tupled.append(id_storage(rc.tuples.column(idcol)))
+                tupled.append(rc.tuples.column(idcol))
                 if rel.key:
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
                     keyed_tupled.append(tupled[-1])
@@ -286,18 +286,25 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     return batch
 
 
-def _with_tuples_noted(entries: ReceivedEntries, tupled: list[pa.Array], keyed_tupled: list[pa.Array]) -> ReceivedEntries:
+def _with_tuples_noted(entries: ReceivedEntries, tupled: list[pa.ChunkedArray],
+                       keyed_tupled: list[pa.ChunkedArray]) -> ReceivedEntries:
     """``entries`` (of ``_crr.cl``) with ``keys_checked`` and ``untupled`` set from the ids of the
     batch's received tuples of replicated tables (``tupled``) and of keyed ones (``keyed_tupled``):
     one id lookup (:func:`crr.id_sets.index_in`, about 9 ms per 100k entries), two when some
     received tuples are an unkeyed table's."""
     assert entries.ids is not None
     ids = id_storage(entries.ids)
-    found = index_in(ids, pa.concat_arrays(tupled)) if tupled else None
+    found = index_in(ids, _ids_of(tupled)) if tupled else None
     untupled = ids if found is None else ids.filter(pc.is_null(found))
     keys_checked = (not entries.some_unkeyed and not len(untupled) and bool(keyed_tupled)
-                    and (len(keyed_tupled) == len(tupled) or all_in(ids, pa.concat_arrays(keyed_tupled))))
+                    and (len(keyed_tupled) == len(tupled) or all_in(ids, _ids_of(keyed_tupled))))
     return dataclasses.replace(entries, keys_checked=keys_checked, untupled=untupled if len(untupled) else None)
+
+
+def _ids_of(columns: list[pa.ChunkedArray]) -> pa.Array:
+    """The ids of several received tuple tables as one array of 16-byte values."""
+    arrays = [id_storage(col) for col in columns]
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
 def _of(cl: pa.Table, relations: set[str]) -> pa.Table:

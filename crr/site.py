@@ -18,8 +18,7 @@ from crr import colocated, replica
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import (APP_TABLE_EXISTS_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, META_INSERT_SQL, META_SQL,
                          NEXT_POSITION_SQL, RELATION_DELETE_SQL, SCHEMA, STORAGE_VERSION, STORED_UPDATE_SQL,
-                         UNCHECKED_ENTRIES, Catalog, Relation, aug_ddl, base_provenance_sql, derived_provenance_sql,
-                         describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
+                         UNCHECKED_ENTRIES, Catalog, Relation, aug_ddl, describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
                          stand_in_drop_sql, stand_in_view_sql, unchecked_entries_sql)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
@@ -30,7 +29,7 @@ from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer
 from crr.batch_rows import Rows, RowsKind
 from crr.causal import LocalEntries, relation_entries_delete_sql
-from crr.changes import collect_changes
+from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.counters import counters_update_sql, largest_seq_sql, largest_stamp_sql
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, PEER_CURSOR_SQL, PEER_CURSORS_SQL,
                        MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived,
