@@ -223,6 +223,7 @@ class Maintainer:
         self.unchecked_entries = relations.unchecked_entries
         self.stored_unchecked = False
         self.seq = seq
+        self._seq_scalar = int64_scalar(seq)  # for pyarrow comparisons with returned seq columns
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
         self.result = BatchResult()
         self.new_base: dict[str, str] = {}  # relation -> FROM text of its new tuples (id, cols)
@@ -398,9 +399,9 @@ class Maintainer:
                                        lambda: replica.first_insert_sql(rel, part, self.seq),
                                        lambda: replica.update_sql(rel, part, self.seq),
                                        lambda single: replica.merge_sql(rel, part, self.seq, single))
-        grew = pc.and_(pc.equal(returned.column("seq"), int64_scalar(self.seq)), pc.greater(returned.column("cl"), _ZERO))
+        grew = pc.and_(pc.equal(returned.column("seq"), self._seq_scalar), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
-        added = returned.filter(pc.equal(returned.column("tseq"), int64_scalar(self.seq))).select(["id"])
+        added = returned.filter(pc.equal(returned.column("tseq"), self._seq_scalar)).select(["id"])
         if added.num_rows:
             assert part.tuples is not None  # only received tuples are added
             # their values are the received ones: all of them, or those whose ids the MERGE returned
@@ -573,10 +574,10 @@ class Maintainer:
                                        lambda single: colocated.merge_sql(view, part, derivations, self.seq, single))
         if returned.num_rows == 0:
             return
-        seq = pc.equal(returned.column("seq"), int64_scalar(self.seq))
+        seq = pc.equal(returned.column("seq"), self._seq_scalar)
         self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), _ZERO))).as_py() or 0
         counts = self.counts(view.name)
-        counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), int64_scalar(self.seq))).as_py() or 0
+        counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), self._seq_scalar)).as_py() or 0
         derived = pc.is_valid(returned.column("vid"))
         visible = bool_column(returned.column("vis").combine_chunks())
         slot = self._register(f"_crr_w_{view.name}", returned)
