@@ -110,6 +110,40 @@ class Branch:
                       predicate=self.predicate.transform(rename) if self.predicate is not None else None,
                       names=self.names, columns_of=self.columns_of)
 
+    def determines_occurrences(self, types_of: dict[str, dict[str, str]], output_types: list[str]) -> bool:
+        """Whether each output row of this branch fixes the row of every occurrence it came from.
+
+        True when every column of every occurrence is *determined*: projected bare (``a.x``, typed
+        as the output column), or equated by a conjunct ``a.x = b.y`` of the predicate to a
+        determined column of the same type (``types_of[alias][column]``). Equality within one type
+        fixes the value, and so its canonical encoding (:mod:`crr.types` encodes both zeros, and
+        every NaN, as one value), hence the tuple's id: over inputs whose monomials each hold one id,
+        a view tuple then has exactly one derivation. ``SELECT r1.*, r2.k FROM r1 JOIN r2 ON r1.c =
+        r2.c`` over ``r2 (k, c)`` qualifies; a projection dropping a column, or a join on columns of
+        two types (``'05' = 5``), does not.
+        """
+        def bare(node: exp.Expression) -> tuple[str, str] | None:
+            if isinstance(node, exp.Column) and node.table in self.columns_of:
+                return (node.table, node.name)
+            return None
+
+        known = {c for c, t in zip((bare(p) for p in self.projections), output_types)
+                 if c is not None and types_of[c[0]][c[1]] == t}
+        equal = []
+        for conjunct in _conjuncts(self.predicate):
+            if isinstance(conjunct, exp.EQ):
+                left, right = bare(conjunct.this), bare(conjunct.expression)
+                if left is not None and right is not None and types_of[left[0]][left[1]] == types_of[right[0]][right[1]]:
+                    equal.append((left, right))
+        grown = True
+        while grown:
+            grown = False
+            for left, right in equal:
+                if (left in known) != (right in known):
+                    known |= {left, right}
+                    grown = True
+        return all((alias, c) in known for alias, cols in self.columns_of.items() for c in cols)
+
     def select(self, names: list[str], types: list[str] | None, source: Callable[[int], exp.Expression],
                with_ids: bool, single: list[bool] | None = None) -> exp.Select:
         """The branch as a SELECT whose i-th input is ``source(i)``, optionally with the monomial column.
@@ -140,6 +174,17 @@ class Branch:
         if self.predicate is not None:
             query = query.where(self.predicate.copy())
         return query
+
+
+def _conjuncts(predicate: exp.Expression | None) -> list[exp.Expression]:
+    """The top-level AND terms of a predicate (none for no predicate)."""
+    if predicate is None:
+        return []
+    if isinstance(predicate, exp.Paren):
+        return _conjuncts(predicate.this)
+    if isinstance(predicate, exp.And):
+        return _conjuncts(predicate.this) + _conjuncts(predicate.expression)
+    return [predicate]
 
 
 def monomial_product(aliases: list[str], single: list[bool] | None = None) -> exp.Expression:
@@ -179,6 +224,9 @@ class ViewPlan:
     name: str
     columns: Columns
     branches: list[Branch]
+    # one branch whose output rows each fix the rows they came from (Branch.determines_occurrences):
+    # over inputs whose monomials hold one id each, every tuple of the view has one derivation
+    one_derivation: bool = False
 
     @property
     def inputs(self) -> list[str]:
@@ -319,6 +367,10 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
     plan = ViewPlan(name=name, columns=[(n, "") for n in names], branches=branches)
     columns = describe(plan.full_query().sql(DIALECT))
     plan.columns = [(n, t) for n, (_, t) in zip(names, columns)]
+    if len(branches) == 1:
+        b = branches[0]
+        types_of = {o.alias: dict(relation_columns(o.relation) or []) for o in b.occurrences}
+        plan.one_derivation = b.determines_occurrences(types_of, [t for _, t in plan.columns])
     return plan
 
 

@@ -313,7 +313,8 @@ def test_batch_merges_run_the_documented_statements(view: str, inserts: int, del
     streams = paper_streams(r1_rows(1500), r2_rows(), 500, 1000)
     site = _crr_site(str(tmp_path / "v.db"), view, streams.r2)
     site.merge(streams.inserts[0].changeset)  # the first batch creates what later ones reuse
-    counted, writes = {}, {}
+    counted, writes, app_writes = {}, {}, {}
+    name = VIEW_NAMES[view]
     for kind, batch in (("insert", streams.inserts[1]), ("delete", streams.deletes[0])):
         statements = _statements(site, lambda: site.merge(batch.changeset))
         counted[kind] = len([s for s in statements if not s.startswith("DESCRIBE")])
@@ -321,16 +322,20 @@ def test_batch_merges_run_the_documented_statements(view: str, inserts: int, del
         writes[kind] = [s.split()[0] for s in statements if s.split()[:3] in (["MERGE", "INTO", home],
                                                                              ["INSERT", "INTO", home])
                         or s.split()[:2] == ["UPDATE", home]]
+        app_writes[kind] = [s.split()[0] for s in statements
+                            if s.split()[1:3] in (["INTO", f'main."{name}"'], ["FROM", f'main."{name}"'])]
     assert counted == {"insert": inserts, "delete": deletes}
     # first inserts are written by an INSERT (crr.replica.first_insert_sql, crr.colocated.first_insert_sql),
     # deletes by an UPDATE (crr.causal.later_entries_update_sql): neither needs the MERGE after it
     assert writes == {"insert": ["INSERT"], "delete": ["UPDATE"]}
+    # the view's APP table: appended to (the append-only path), then deleted from (the co-located
+    # view's APP DELETE; the join view's tuples have one derivation each: crr.maintain.lost_derivations_sql)
+    assert app_writes == {"insert": ["INSERT"], "delete": ["DELETE"]}
     base = crr.Site()
     base.execute("CREATE REMOTE TABLE r1 (a INTEGER, b INTEGER, c INTEGER, d INTEGER, e VARCHAR)")
     base.execute("CREATE REMOTE TABLE r2 (k INTEGER, c INTEGER)")
     for cs in [streams.r2] + [b.changeset for b in streams.inserts[:2] + streams.deletes[:1]]:
         base.merge(cs)
-    name = VIEW_NAMES[view]
     assert sorted(site.execute(f"SELECT * FROM {name}")) == sorted(base.execute(f"SELECT DISTINCT * FROM ({VIEWS[view]})"))
 
 
