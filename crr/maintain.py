@@ -954,23 +954,28 @@ class Maintainer:
                 return False
         return True
 
+    def _one_derivation(self, view: Relation) -> bool:
+        """Whether every tuple of ``view`` has exactly one derivation: its plan's rows fix their inputs'
+        rows (``ViewPlan.one_derivation``), and each input's monomials hold one id (:meth:`_single_id`),
+        so a view tuple's values fix the one monomial that can derive it."""
+        plan = view.plan
+        return (plan is not None and plan.one_derivation and view.aggregate is None
+                and all(self._single_id(r) for r in plan.inputs))
+
     def _only_derivations_lost(self, view: Relation) -> bool:
         """Whether this batch can only remove tuples from ``view``, exactly those of its monomials
         that hold an id the batch wrote (then :func:`lost_derivations_sql` lists them, and a plain
         DELETE is the whole membership change: no visibility is read, no monomial grouped).
 
-        True when every tuple of the view has one derivation (its plan's ``one_derivation``, over
-        inputs whose monomials each hold one id: :meth:`_single_id`), the batch added no monomial to
+        True when every tuple of the view has one derivation (:meth:`_one_derivation`), the batch added no monomial to
         it and absorbed none, and every entry it wrote of the view's lineage is invisible: each
         monomial holding such an id is dead, and so is its tuple, which has no other; a tuple whose
         monomial holds no written id keeps its membership. (A rival version of a deleted key that
         turns visible is an entry the batch writes, visible: then the general MERGE runs.) Decided on
         the Arrow result of the batch's causal-length statements; False when it is not at hand.
         """
-        plan = view.plan
-        if (plan is None or not plan.one_derivation or view.aggregate is not None or self.written_arrow is None
-                or view.name in self.new_derived or view.name in self.absorbed
-                or not all(self._single_id(r) for r in plan.inputs)):
+        if (not self._one_derivation(view) or self.written_arrow is None
+                or view.name in self.new_derived or view.name in self.absorbed):
             return False
         written = self.written_arrow
         lineage = self.lineage.get(view.name)
@@ -1044,6 +1049,13 @@ class Maintainer:
                               ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {visibility} v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
+        if self._one_derivation(view):
+            # each new monomial is its tuple's one derivation, and new to $m: before this batch the
+            # tuple had none, so it is not in the APP table (the paper's join view site, 1000 new
+            # rows into 100k: 4.0-4.6 ms against 5.4-6.4 ms with the anti-join, statement timing)
+            inserted = self.x(f"INSERT INTO {view.app} ({app_cols_sql(view)}) SELECT {cols_sql(view, 'd')} FROM {rows} d")
+            self.counts(view.name).inserted += inserted
+            return
         match = app_match(view, 'app', 'd', non_null)
         if non_null:
             # the APP rows that can match, found by a semi-join: DuckDB pushes the new rows' range of
