@@ -8,8 +8,9 @@ Storage layout of one site (all inside one DuckDB file):
 
 * ``main.<r>`` -- APP layer: one ordinary table per relation with exactly the user's columns (a remote
   source has none: it only feeds this site's views).
-* ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock, and whether ``_crr.cl``
-  may hold entries whose key hash went unchecked (:attr:`Catalog.unchecked_entries`).
+* ``_crr.meta`` -- site id, storage version, sequence counter, hybrid clock, and the site's flags
+  (:class:`SiteFlag`: whether ``_crr.cl`` may hold entries whose key hash went unchecked, whether a
+  home of entries may hold two present versions of one key).
 * ``_crr.relations`` -- this catalog (one row per relation; ``derived`` marks a remote table or
   source that has received a view's monomials, which the maintainer's append-only path needs to know).
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
@@ -55,6 +56,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from typing import TYPE_CHECKING
 
@@ -67,9 +69,29 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 7  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
+STORAGE_VERSION = 8  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
 # 5: replicas keep their entries with their tuples ($e); 6: the catalog's ``orphans`` flag;
-# 7: ``_crr.meta``'s ``unchecked_entries`` (Catalog.unchecked_entries)
+# 7: ``_crr.meta``'s ``unchecked_entries``; 8: its ``rival_versions`` (SiteFlag)
+
+
+class SiteFlag(Enum):
+    """A fact about a site's stored entries that, once true, stays true: a ``_crr.meta`` row (key: the
+    flag's value; value ``'true'`` or ``'false'``), and in the catalog snapshot (:attr:`Catalog.flags`).
+    While a flag is false the maintainer takes a shortcut that its being false proves safe; a new site
+    starts with every flag false, a file that predates a flag gets it true (unknown)."""
+
+    UNCHECKED_ENTRIES = "unchecked_entries"
+    """``_crr.cl`` may hold an entry that arrived without its tuple, so that its relation and key hash
+    were never compared with the tuple's values (set by a merge storing one, and by moving a replica's
+    or co-located view's entries into ``_crr.cl``). While false, an entry's key hash tells whether its
+    id is stored (:class:`crr.causal.NewEntryProbe`)."""
+    RIVAL_VERSIONS = "rival_versions"
+    """Some home of entries may hold two present versions of one key (set by a merge whose entries
+    were written after a count found another present version of a key, or that brought two versions
+    of one key). A local write never stores a second present version (it refuses a key clash and
+    deletes the versions it replaces), and moving entries between homes stores none. While false, a
+    batch of deletes needs no count of other present versions: a deleted version had no rival to
+    make visible (:meth:`crr.maintain.Maintainer._single_versions`)."""
 
 
 def aug_table(relation: str, suffix: str) -> str:
@@ -191,14 +213,16 @@ class Catalog(Mapping[str, Relation]):
     and ``without`` methods return new snapshots and never change this one.
     """
 
-    def __init__(self, relations: Mapping[str, Relation] | None = None, *, unchecked_entries: bool = True) -> None:
+    def __init__(self, relations: Mapping[str, Relation] | None = None, *,
+                 flags: frozenset[SiteFlag] = frozenset(SiteFlag)) -> None:
         self._relations: dict[str, Relation] = dict(relations or {})
         self._lineage: dict[str, frozenset[str]] = {}  # computed on demand (the snapshot never changes)
-        # whether ``_crr.cl`` may hold an entry that arrived without its tuple, so that its relation
-        # and key hash were never compared with the tuple's values (``_crr.meta``'s
-        # ``unchecked_entries``; true when unknown). While it is false, an entry's key hash tells
-        # whether its id is stored (see crr.causal.NewEntryProbe).
-        self.unchecked_entries = unchecked_entries
+        self.flags = flags  # the site's flags that are true (every one when unknown)
+
+    @property
+    def unchecked_entries(self) -> bool:
+        """Whether ``_crr.cl`` may hold entries whose key hash went unchecked (:attr:`SiteFlag.UNCHECKED_ENTRIES`)."""
+        return SiteFlag.UNCHECKED_ENTRIES in self.flags
 
     def __getitem__(self, name: str) -> Relation:
         return self._relations[name]
@@ -214,15 +238,15 @@ class Catalog(Mapping[str, Relation]):
 
     def with_(self, *relations: Relation) -> "Catalog":
         """A snapshot with these relations added or replaced (new ones after the existing ones)."""
-        return Catalog({**self._relations, **{r.name: r for r in relations}}, unchecked_entries=self.unchecked_entries)
+        return Catalog({**self._relations, **{r.name: r for r in relations}}, flags=self.flags)
 
     def without(self, name: str) -> "Catalog":
         """A snapshot without the relation ``name``."""
-        return Catalog({n: r for n, r in self._relations.items() if n != name}, unchecked_entries=self.unchecked_entries)
+        return Catalog({n: r for n, r in self._relations.items() if n != name}, flags=self.flags)
 
-    def with_unchecked_entries(self) -> "Catalog":
-        """A snapshot saying that ``_crr.cl`` may hold entries whose key hash went unchecked."""
-        return Catalog(self._relations, unchecked_entries=True)
+    def with_flag(self, flag: SiteFlag) -> "Catalog":
+        """A snapshot in which ``flag`` is true."""
+        return Catalog(self._relations, flags=self.flags | {flag})
 
     def changed(self, name: str, **fields: object) -> "Catalog":
         """A snapshot in which relation ``name`` has the given fields changed."""
@@ -339,18 +363,13 @@ CATALOG_COLUMNS = ("name, kind, columns, key, not_null, definition, lineage, wid
 """``_crr.relations``'s columns in :func:`relation_row`'s order (an older file got some of them by ALTER
 TABLE, at the end: read them by name)."""
 
-UNCHECKED_ENTRIES = "unchecked_entries"
-"""The ``_crr.meta`` key of :attr:`Catalog.unchecked_entries` (value ``'true'`` or ``'false'``)."""
-
-
-def unchecked_entries_sql() -> str:
-    """Record in ``_crr.meta`` that ``_crr.cl`` may hold entries whose key hash went unchecked
-    (:attr:`Catalog.unchecked_entries`; it never turns false again)."""
-    return f"UPDATE {SCHEMA}.meta SET v = 'true' WHERE k = '{UNCHECKED_ENTRIES}'"
+def flag_set_sql(flag: SiteFlag) -> str:
+    """Record in ``_crr.meta`` that ``flag`` is true (it never turns false again)."""
+    return f"UPDATE {SCHEMA}.meta SET v = 'true' WHERE k = '{flag.value}'"
 
 
 META_SQL = f"SELECT k, v FROM {SCHEMA}.meta"
-"""Every ``_crr.meta`` row ``(k, v)``: site id, storage version, counters, ``unchecked_entries``."""
+"""Every ``_crr.meta`` row ``(k, v)``: site id, storage version, counters, flags (:class:`SiteFlag`)."""
 
 META_INSERT_SQL = f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)"
 """Add a ``_crr.meta`` row: parameters (key, value)."""

@@ -25,7 +25,10 @@ invisible, and the entry's version, when present, is its key's only present one.
 visible exactly when its merged length is odd. That is the common case: inserts of new keys, deletes
 of keys, even of keys updated before. :func:`present_key_versions_sql` counts those other present
 versions; that small query and the plain MERGE cost less than the key-wide MERGE (per 1000-row
-batch into 100k entries, with the paper's experiments: 11-13 ms against 8-10 ms).
+batch into 100k entries, with the paper's experiments: 11-13 ms against 8-10 ms). A batch of
+deletes skips the count while the site has never stored two present versions of one key
+(:attr:`crr.catalog.SiteFlag.RIVAL_VERSIONS`): a version it deletes is then its key's only present
+one, and no other version turns visible.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class ReceivedEntries:
     ids: pa.ChunkedArray | None = None  # the ids of the entries the home takes (rows of ``table`` of ``relations``)
     first_lengths: bool = False  # whether every one has causal length 1 (its tuple's first insert)
     later_lengths: bool = False  # whether every one has a causal length above 1 (a delete or a re-insert)
+    deletions_only: bool = False  # whether every one has an even causal length (a delete)
     # tables (each with an ``id`` column) of the ids this site keeps outside the entries' home, all of
     # other relations' tuples: a received id found there is forged (see :func:`checked_entries_sql`)
     elsewhere: tuple[str, ...] = ()

@@ -16,7 +16,8 @@ before any entry has ``cl`` 0: no entry), ``vid, c0, ...`` the derivation's view
 there is none) and ``dseq`` the sequence number that added it. A batch then runs
 
 1. for keyed entries, the count of other present versions of their keys that picks the MERGE's form
-   (:func:`crr.causal.present_key_versions_sql`, read here);
+   (:func:`crr.causal.present_key_versions_sql`, read here; a batch of deletes skips it while the
+   site's ``rival_versions`` flag is false, :class:`crr.catalog.SiteFlag`);
 2. one MERGE (:func:`merge_sql`) that merges the entries (max of ``cl`` and ``stamp``; visibility
    as DESIGN 1.2 defines it), adds the derivations of the tuples that arrived, and returns every row
    it changed with its visibility and view tuple;

@@ -52,7 +52,7 @@ from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar, str
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import Catalog, Relation, orphans_update_sql, unchecked_entries_sql
+from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
@@ -238,10 +238,10 @@ class Maintainer:
         self.con = con
         self.slots = slots  # where the batch's Arrow results are read from (crr.arrow_slots)
         self.rels = dict(relations)  # this batch's view of the catalog (see _mark_wide)
-        # whether _crr.cl may hold entries whose key hash went unchecked (Catalog.unchecked_entries),
-        # and whether this batch stored the first such ones (recorded in the file; the site stages it)
-        self.unchecked_entries = relations.unchecked_entries
-        self.stored_unchecked = False
+        # the site's flags that are true (crr.catalog.SiteFlag), and those this batch set (recorded in
+        # the file; the site stages them)
+        self.flags: set[SiteFlag] = set(relations.flags)
+        self.raised: list[SiteFlag] = []
         self.seq = seq
         self._seq_scalar = int64_scalar(seq)  # for pyarrow comparisons with returned seq columns
         self.widths = widths  # per derived relation: (min, max) monomial length seen (a cache)
@@ -388,7 +388,7 @@ class Maintainer:
         written = []
         received = batch.received
         if received is not None:
-            probe = (NewEntryProbe.KEYS if received.keys_checked and not self.unchecked_entries
+            probe = (NewEntryProbe.KEYS if received.keys_checked and SiteFlag.UNCHECKED_ENTRIES not in self.flags
                      else NewEntryProbe.IDS_AND_RIVALS)
             merged = self._write_entries(received, CL, None, None,
                                          lambda: first_entries_insert_sql(received, self.seq, probe),
@@ -397,9 +397,11 @@ class Maintainer:
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
-            if received.untupled is not None and not self.unchecked_entries and len(self.new_entries) \
-                    and pc.any(pc.is_valid(index_in(self.new_entries, received.untupled))).as_py():
-                self._note_unchecked_entries()
+            if received.untupled is not None and SiteFlag.UNCHECKED_ENTRIES not in self.flags \
+                    and len(self.new_entries) and pc.any(pc.is_valid(index_in(self.new_entries, received.untupled))).as_py():
+                # _crr.cl now holds an entry whose tuple did not come with it: from now on a batch of
+                # first inserts probes the stored entries by id too (crr.causal.NewEntryProbe)
+                self._raise(SiteFlag.UNCHECKED_ENTRIES)
         for part in batch.replicas:
             written.append(self._merge_replica(part))
         written = [w for w in written if w.num_rows]
@@ -485,17 +487,27 @@ class Maintainer:
 
     def _single_versions(self, received: ReceivedEntries, home: EntryHome) -> bool:
         """Whether the received entries' MERGE into ``home`` may take the parity form: some are keyed,
-        no two share a key, and a count finds no other present version of their keys there (see
-        :mod:`crr.causal`)."""
-        return (received.some_keyed and received.one_per_key
-                and self.con.execute(present_key_versions_sql(received, home)).fetchall()[0][0] == 0)
+        no two share a key, and no other present version of their keys is stored there (see
+        :mod:`crr.causal`). A count finds out, except for a batch of deletes while no home may hold
+        two present versions of a key (:attr:`crr.catalog.SiteFlag.RIVAL_VERSIONS` false): a version
+        it deletes was its key's only present one. When the answer is no for keyed entries, the
+        MERGE may store a second present version of a key: the flag is set."""
+        if not (received.some_keyed and received.one_per_key):
+            single = False
+        elif received.deletions_only and SiteFlag.RIVAL_VERSIONS not in self.flags:
+            return True
+        else:
+            single = self.con.execute(present_key_versions_sql(received, home)).fetchall()[0][0] == 0
+        if received.some_keyed and not single:
+            self._raise(SiteFlag.RIVAL_VERSIONS)
+        return single
 
-    def _note_unchecked_entries(self) -> None:
-        """Record that ``_crr.cl`` now holds an entry whose tuple did not come with it, so its key hash
-        went unchecked (:attr:`crr.catalog.Catalog.unchecked_entries`): from now on a batch of first
-        inserts probes the stored entries by id too (:class:`crr.causal.NewEntryProbe`)."""
-        self.x(unchecked_entries_sql())
-        self.unchecked_entries = self.stored_unchecked = True
+    def _raise(self, flag: SiteFlag) -> None:
+        """Record in the file that a site flag is true (it stays true)."""
+        if flag not in self.flags:
+            self.x(flag_set_sql(flag))
+            self.flags.add(flag)
+            self.raised.append(flag)
 
     def _write_local_cl(self, local: LocalEntries) -> None:
         """Write a local write's exact growing entries in one MERGE."""

@@ -331,7 +331,9 @@ def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[s
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
         relation=names[0] if len(names) == 1 else None, ids=cl.column("id"),
         first_lengths=pc.all(pc.equal(cl.column("cl"), _ONE)).as_py() is True,
-        later_lengths=pc.all(pc.greater(cl.column("cl"), _ONE)).as_py() is True, elsewhere=elsewhere)
+        later_lengths=pc.all(pc.greater(cl.column("cl"), _ONE)).as_py() is True,
+        deletions_only=pc.all(pc.equal(pc.bit_wise_and(cl.column("cl"), _ONE), _ZERO)).as_py() is True,
+        elsewhere=elsewhere)
 
 
-_ONE = int64_scalar(1)  # built without pyarrow's pandas probe (crr.arrow_build)
+_ZERO, _ONE = int64_scalar(0), int64_scalar(1)  # built without pyarrow's pandas probe (crr.arrow_build)

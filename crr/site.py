@@ -18,8 +18,8 @@ from crr import colocated, replica
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import (APP_TABLE_EXISTS_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, KIND_TEXT, META_INSERT_SQL, META_SQL,
                          NEXT_POSITION_SQL, RELATION_DELETE_SQL, SCHEMA, STORAGE_VERSION, STORED_UPDATE_SQL,
-                         UNCHECKED_ENTRIES, Catalog, Relation, aug_ddl, describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
-                         stand_in_drop_sql, stand_in_view_sql, unchecked_entries_sql)
+                         Catalog, Relation, SiteFlag, aug_ddl, describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
+                         stand_in_drop_sql, stand_in_view_sql, flag_set_sql)
 from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
@@ -109,7 +109,7 @@ class Site:
             meta = dict(con.execute(META_SQL).fetchall())
             if not meta:
                 meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
-                        "seq": "0", "hlc": "0", UNCHECKED_ENTRIES: "false"}
+                        "seq": "0", "hlc": "0", **{flag.value: "false" for flag in SiteFlag}}
                 con.executemany(META_INSERT_SQL, list(meta.items()))
             if upgradable(int(meta["version"])) and (site_id is None or meta["site_id"] == site_id):
                 upgrade(con, int(meta["version"]))
@@ -128,7 +128,7 @@ class Site:
                             f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
                             "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
-        self._catalog = Catalog(unchecked_entries=meta.get(UNCHECKED_ENTRIES) != "false")
+        self._catalog = Catalog(flags=frozenset(flag for flag in SiteFlag if meta.get(flag.value) != "false"))
         rows = con.execute(CATALOG_ROWS_SQL).fetchall()
         for row in rows:
             rel = relation_from_row(row)
@@ -603,16 +603,17 @@ class Site:
         """Stage the relations whose catalog entry the maintainer changed (it recorded them in the file)."""
         if m.marked:
             self._stage(self._rels.with_(*(m.rels[name] for name in m.marked)))
-        if m.stored_unchecked and not self._rels.unchecked_entries:
-            self._stage(self._rels.with_unchecked_entries())
+        for flag in m.raised:  # flags it set (and recorded in the file)
+            if flag not in self._rels.flags:
+                self._stage(self._rels.with_flag(flag))
 
     def _note_unchecked_entries(self) -> None:
         """Record in the open transaction that ``_crr.cl`` may hold entries whose key hash went
         unchecked (:attr:`crr.catalog.Catalog.unchecked_entries`): entries moved in from a replica's or
         a co-located view's table, whose merges recompute no key hash."""
         if not self._rels.unchecked_entries:
-            self._con.execute(unchecked_entries_sql())
-            self._stage(self._rels.with_unchecked_entries())
+            self._con.execute(flag_set_sql(SiteFlag.UNCHECKED_ENTRIES))
+            self._stage(self._rels.with_flag(SiteFlag.UNCHECKED_ENTRIES))
 
     def _uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
         """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard

@@ -22,13 +22,16 @@ Steps, each from one version to the next:
 * 6 -> 7: ``_crr.meta`` gains ``unchecked_entries`` (:attr:`crr.catalog.Catalog.unchecked_entries`),
   true: which of the stored entries arrived with their tuples was never recorded, so the file keeps
   the merge's probe by id (it only costs a faster path).
+* 7 -> 8: ``_crr.meta`` gains ``rival_versions`` (:attr:`crr.catalog.SiteFlag.RIVAL_VERSIONS`), true:
+  whether some key has two present versions was never recorded, so the file keeps the count before
+  a batch of deletes (it only costs a faster path).
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, UNCHECKED_ENTRIES, Relation, aug_table,
+from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, SiteFlag, aug_table,
                          orphans_update_sql, relation_from_row, replica_table_ddl, replica_view_ddl)
 from crr.causal import tuples_without_entries_sql
 from crr.merge import DERIVED_UPDATE_SQL
@@ -62,9 +65,10 @@ def set_version_sql() -> str:
     return f"UPDATE {SCHEMA}.meta SET v = ? WHERE k = 'version'"
 
 
-def unchecked_entries_row_sql() -> str:
-    """6 -> 7: ``_crr.meta``'s ``unchecked_entries``, true (unknown for an older file)."""
-    return f"INSERT INTO {SCHEMA}.meta VALUES ('{UNCHECKED_ENTRIES}', 'true') ON CONFLICT DO NOTHING"
+def flag_row_sql(flag: SiteFlag) -> str:
+    """6 -> 7 (``unchecked_entries``), 7 -> 8 (``rival_versions``): a ``_crr.meta`` row for a flag an
+    older file lacks, true (unknown for such a file)."""
+    return f"INSERT INTO {SCHEMA}.meta VALUES ('{flag.value}', 'true') ON CONFLICT DO NOTHING"
 
 
 def upgradable(version: int) -> bool:
@@ -102,5 +106,8 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
                 con.execute(orphans_update_sql(), [orphans, rel.name])
         version = 6
     if version == 6:
-        con.execute(unchecked_entries_row_sql())
+        con.execute(flag_row_sql(SiteFlag.UNCHECKED_ENTRIES))
+        version = 7
+    if version == 7:
+        con.execute(flag_row_sql(SiteFlag.RIVAL_VERSIONS))
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])
