@@ -63,6 +63,21 @@ def reference(tables: dict[str, list[tuple]], schemas: dict[str, str], views: li
     return rows
 
 
+META_FLAGS_SINCE = {7: "unchecked_entries", 8: "rival_versions"}
+"""The storage version that added each ``_crr.meta`` flag row (crr.catalog.SiteFlag)."""
+
+
+def as_written_by(path, version: int) -> None:
+    """Make the closed site file at ``path`` what storage ``version`` wrote as far as ``_crr.meta``
+    goes: the flag rows later versions added removed, ``version`` recorded (for upgrade tests)."""
+    con = duckdb.connect(str(path))
+    for since, key in META_FLAGS_SINCE.items():
+        if since > version:
+            con.execute("DELETE FROM _crr.meta WHERE k = ?", [key])
+    con.execute("UPDATE _crr.meta SET v = ? WHERE k = 'version'", [str(version)])
+    con.close()
+
+
 @pytest.fixture
 def site():
     """A fresh in-memory site."""

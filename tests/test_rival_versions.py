@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import time
 
-import duckdb
-
 import crr
 from crr.catalog import STORAGE_VERSION
-from tests.conftest import app, sync
+from tests.conftest import app, as_written_by, sync
 from tests.test_point import _statements
 
 JOIN = "SELECT t.k, t.v, d.w FROM t JOIN d ON t.k = d.k"
@@ -100,10 +98,7 @@ def test_a_version_7_file_is_upgraded_with_the_flag_set(tmp_path) -> None:
     src.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b')")
     cursor = sync(src, dst)
     dst.close()
-    con = duckdb.connect(str(path))  # what version 7 wrote: no flag
-    con.execute("DELETE FROM _crr.meta WHERE k = 'rival_versions'")
-    con.execute("UPDATE _crr.meta SET v = '7' WHERE k = 'version'")
-    con.close()
+    as_written_by(path, 7)  # no flag
     dst = crr.Site(path)
     assert _flag(dst) == "true"
     assert dst.execute("SELECT v FROM _crr.meta WHERE k = 'version'") == [(str(STORAGE_VERSION),)]

@@ -13,7 +13,7 @@ import pytest
 
 import crr
 from crr.catalog import STORAGE_VERSION
-from tests.conftest import app
+from tests.conftest import app, as_written_by
 from tests.test_crafted import edit, state
 from tests.test_point import _statements
 
@@ -142,17 +142,12 @@ def test_a_version_6_file_is_upgraded_with_its_entries_taken_as_unchecked(tmp_pa
     """A file written before the record existed may hold entries that came without their tuples:
     the upgrade records them as possible, and the site probes by id. Fails if the upgrade left the
     record out or said false."""
-    import duckdb
-
     path = tmp_path / "v6.duckdb"
     a, b = pair(path)
     a.execute("INSERT INTO t VALUES (1, 'x')")
     b.merge(a.changes())
     b.close()
-    con = duckdb.connect(str(path))  # what version 6 wrote: no record
-    con.execute("DELETE FROM _crr.meta WHERE k = 'unchecked_entries'")
-    con.execute("UPDATE _crr.meta SET v = '6' WHERE k = 'version'")
-    con.close()
+    as_written_by(path, 6)  # no record
     b = crr.Site(path)
     assert flag(b) == [("true",)] and b.execute("SELECT v FROM _crr.meta WHERE k = 'version'") == [(str(STORAGE_VERSION),)]
     since = a.cursor
