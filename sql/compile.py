@@ -120,7 +120,8 @@ class Branch:
         every NaN, as one value), hence the tuple's id: over inputs whose monomials each hold one id,
         a view tuple then has exactly one derivation. ``SELECT r1.*, r2.k FROM r1 JOIN r2 ON r1.c =
         r2.c`` over ``r2 (k, c)`` qualifies; a projection dropping a column, or a join on columns of
-        two types (``'05' = 5``), does not.
+        two types (``'05' = 5``), does not. A conjunct ``a.x = literal`` fixes ``a.x`` too when the
+        literal is of the column's own kind (:func:`_fixed_by_literal`).
         """
         def bare(node: exp.Expression) -> tuple[str, str] | None:
             if isinstance(node, exp.Column) and node.table in self.columns_of:
@@ -135,6 +136,9 @@ class Branch:
                 left, right = bare(conjunct.this), bare(conjunct.expression)
                 if left is not None and right is not None and types_of[left[0]][left[1]] == types_of[right[0]][right[1]]:
                     equal.append((left, right))
+                for column, other in ((left, conjunct.expression), (right, conjunct.this)):
+                    if column is not None and _fixed_by_literal(types_of[column[0]][column[1]], other):
+                        known.add(column)
         grown = True
         while grown:
             grown = False
@@ -174,6 +178,28 @@ class Branch:
         if self.predicate is not None:
             query = query.where(self.predicate.copy())
         return query
+
+
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
+                            "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"})
+
+
+def _fixed_by_literal(column_type: str, literal: exp.Expression) -> bool:
+    """Whether ``column = literal`` leaves the column one value: an integer literal (maybe negated)
+    and an integer column, a string literal and a VARCHAR column, TRUE or FALSE and a BOOLEAN one.
+    Other pairs are left out: a DOUBLE literal against a BIGINT column compares them as DOUBLE, which
+    several BIGINTs can equal."""
+    if isinstance(literal, exp.Neg):
+        literal = literal.this
+        if not (isinstance(literal, exp.Literal) and literal.is_int):
+            return False
+    if isinstance(literal, exp.Boolean):
+        return column_type == "BOOLEAN"
+    if not isinstance(literal, exp.Literal):
+        return False
+    if literal.is_string:
+        return column_type == "VARCHAR"
+    return literal.is_int and column_type in _INTEGER_TYPES
 
 
 def _conjuncts(predicate: exp.Expression | None) -> list[exp.Expression]:
