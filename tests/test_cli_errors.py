@@ -308,8 +308,15 @@ def test_sql_output_into_a_closed_pipe(tmp_path: Path) -> None:
 
 def test_sql_shell_interrupted(tmp_path: Path) -> None:
     """Ctrl-C in the crr sql shell ended in a KeyboardInterrupt traceback."""
-    proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A process started in the background by a non-interactive shell ignores SIGINT, and its children
+    # inherit that (Python then never raises KeyboardInterrupt): the shell gets Ctrl-C's default
+    # disposition here, as it has in a terminal, whatever started the test run.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         ready, _, _ = select.select([proc.stderr], [], [], 60)
         assert ready and "one statement per line" in proc.stderr.readline()  # the shell is reading
