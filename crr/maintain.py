@@ -62,7 +62,7 @@ from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
 # the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
-# (longer ones, or unknown lengths, are unnested: see Maintainer._holding_flipped)
+# (longer ones, or unknown lengths, are unnested: see holding_flipped_sql)
 MAX_POSITION_PROBES = 4
 _ZERO = int64_scalar(0)  # built without pyarrow's pandas probe (crr.arrow_build)
 
@@ -165,20 +165,31 @@ def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
         RETURNING {returning}"""
 
 
+def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: int) -> str:
+    """SELECT text of ``columns`` of ``rel``'s monomials that hold an id ``flips`` (FROM text with an
+    ``id`` column) lists, maybe repeated. ``longest``: the longest monomial ``rel`` can hold, 0 when
+    unknown. One id per monomial: ``mid`` is that id. Up to :data:`MAX_POSITION_PROBES` ids: one
+    semi-join per position of ``ids``; DuckDB scans ``$m`` for each, which measured as fast as the
+    join with the former ``(id, vid)`` index table, whose rows were twice as many. Otherwise the ids
+    are unnested."""
+    m = rel.aug("m")
+    if longest == 1:
+        return f"SELECT {', '.join(f'm.{c}' for c in columns)} FROM {m} m SEMI JOIN {flips} f ON f.id = m.mid"
+    if 0 < longest <= MAX_POSITION_PROBES:
+        return " UNION ALL ".join(f"SELECT {', '.join(f'm.{c}' for c in columns)} FROM {m} m "
+                                  f"SEMI JOIN {flips} f ON f.id = m.ids[{k}]" for k in range(1, longest + 1))
+    return (f"SELECT {', '.join(f'u.{c}' for c in columns)} FROM (SELECT {', '.join(columns)}, unnest(ids) AS id "
+            f"FROM {m}) u SEMI JOIN {flips} f ON f.id = u.id")
+
+
 def lost_derivations_sql(view: Relation, flips: str, width: int) -> str:
     """SELECT text of the values ``(c0, c1, ...)`` of the view's monomials that hold an id ``flips``
-    (FROM text with an ``id`` column) lists, maybe repeated: the tuples a batch removes from a view
-    whose tuples have one derivation each (see :meth:`Maintainer._only_derivations_lost`).
-    ``width``: the longest monomial (the plan's number of occurrences); one semi-join per position
-    of ``ids`` up to :data:`MAX_POSITION_PROBES`, each a scan of ``$m``, else the ids unnested.
-    Read by the APP table's DELETE (:func:`apply_app_changes`); on the paper's join view (100k rows,
-    1000 deletes) 5.5-6.2 ms, where the MERGE re-evaluating membership took 10.9-11.2 ms."""
-    m = view.aug("m")
-    if width <= MAX_POSITION_PROBES:
-        return " UNION ALL ".join(f"SELECT {cols_sql(view, 'm')} FROM {m} m SEMI JOIN {flips} f ON f.id = m.ids[{k}]"
-                                  for k in range(1, width + 1))
-    return f"""SELECT {cols_sql(view, 'u')} FROM (SELECT {cols_sql(view)}, unnest(ids) AS id FROM {m}) u
-               SEMI JOIN {flips} f ON f.id = u.id"""
+    lists (:func:`holding_flipped_sql`; ``width``: the plan's number of occurrences): the tuples a
+    batch removes from a view whose tuples have one derivation each (see
+    :meth:`Maintainer._only_derivations_lost`). Read by the APP table's DELETE
+    (:func:`apply_app_changes`); on the paper's join view (100k rows, 1000 deletes) 5.5-6.2 ms, where
+    the MERGE re-evaluating membership took 10.9-11.2 ms."""
+    return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width)
 
 
 def _one_row_per_id(first: pa.Table, then: pa.Table) -> pa.Table:
@@ -899,22 +910,12 @@ class Maintainer:
         return ids is not None and all_in(ids, self.written_arrow.column("id"))
 
     def _holding_flipped(self, rel: Relation) -> str:
-        """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated).
-
-        One id per monomial: ``mid`` is that id. Longer monomials: when the site knows the longest
-        length ``rel`` holds (:attr:`widths`, an upper bound that every added monomial widens), one
-        semi-join per position of ``ids``; DuckDB scans ``$m`` for each, which measured as fast as the
-        join with the former ``(id, vid)`` index table, whose rows were twice as many. Otherwise the
-        ids are unnested.
-        """
-        m, flips = rel.aug("m"), self.flips
-        if not rel.wide:
-            return f"SELECT m.vid FROM {m} m SEMI JOIN {flips} f ON f.id = m.mid"
-        longest = self.widths.get(rel.name, (0, 0))[1] if rel.stored else 0
-        if 0 < longest <= MAX_POSITION_PROBES:
-            return " UNION ALL ".join(f"SELECT m.vid FROM {m} m SEMI JOIN {flips} f ON f.id = m.ids[{k}]"
-                                      for k in range(1, longest + 1))
-        return f"SELECT u.vid FROM (SELECT vid, unnest(ids) AS id FROM {m}) u SEMI JOIN {flips} f ON f.id = u.id"
+        """SELECT text of the vids of ``rel``'s monomials that hold a flipped id (maybe repeated,
+        :func:`holding_flipped_sql`): the longest monomial is 1 while ``rel`` is not wide, else the
+        longest length the site knows it holds (:attr:`widths`, an upper bound that every added
+        monomial widens), unknown for a relation that keeps nothing."""
+        longest = 1 if not rel.wide else self.widths.get(rel.name, (0, 0))[1] if rel.stored else 0
+        return holding_flipped_sql(rel, self.flips, ["vid"], longest)
 
     def _only_new_monomials_change(self, view: Relation) -> bool:
         """Whether this batch can only add tuples to ``view``, and only tuples of its new monomials.
