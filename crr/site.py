@@ -24,6 +24,7 @@ from crr.changeset import Changeset, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
+from crr.prepared import Prepared
 from crr.point import PointResult, PointWrite, param_texts
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer
@@ -92,6 +93,7 @@ class Site:
         self._accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
         self._rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries
         self._delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
+        self._prepared = Prepared()  # point-path statements prepared on the connection
         self._closed = False
         try:
             self._open(site_id)
@@ -312,6 +314,7 @@ class Site:
         self._parsed.clear()
         self._rewritten.clear()
         self._delta_sql.clear()
+        self._prepared.forget(self._con)
 
     def _other(self, stmt: Other, params) -> list[tuple]:
         for t in stmt.tables:
@@ -482,15 +485,27 @@ class Site:
             rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
                        DmlKind.DELETE: dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
+        given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
+        new_tried = False
+        if given is not None and not self._read_elsewhere(rel):
+            # rows new to the site are one statement, its own transaction (DuckDB's autocommit)
+            self._check_open()
+            with _translated_errors():
+                point = PointWrite(self._con, self._prepared).insert_new(rel, given, self._clock, self._seq + 1,
+                                                         unchecked_entries=self._rels.unchecked_entries)
+            if point is not None:
+                self._bump()
+                return [(point.count,)]
+            new_tried = not rel.orphans
         with self._transaction():
             source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
             assert source is not None
-            given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
             with _translated_errors():
-                point = PointWrite(self._con).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
+                point = PointWrite(self._con, self._prepared).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                                     new=stmt.kind is not DmlKind.DELETE, params=params,
                                                     clock=self._clock, seq=self._seq + 1, given=given,
-                                                    unchecked_entries=self._rels.unchecked_entries)
+                                                    unchecked_entries=self._rels.unchecked_entries,
+                                                    new_tried=new_tried)
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed and self._read_elsewhere(rel):
                     self._maintain_point(rel, point)

@@ -136,23 +136,34 @@ def test_local_write_failure_midway_rolls_back(monkeypatch):
     assert _snapshot(a) == state
 
 
-def test_point_write_failure_midway_rolls_back(monkeypatch):
+@pytest.mark.parametrize("views", [True, False], ids=["with a view", "no view"])
+@pytest.mark.parametrize("write", ["insert", "update"])
+def test_point_write_failure_midway_rolls_back(monkeypatch, views: bool, write: str):
+    """A point write's state changes are one statement (data-modifying CTEs): a failure in its last
+    part, the APP rows, after its entries and tuples were written, leaves the site as it was, in a
+    transaction (a table with a view) or as the one autocommitted statement (a new row of a table
+    no other relation reads)."""
     a, _ = _pair()
+    if not views:
+        a.execute("DROP MATERIALIZED VIEW w")
     state = _snapshot(a)
-    original = point.PointWrite._run
+    builder = "new_rows_insert_sql" if write == "insert" else "write_sql"
+    original = getattr(point, builder)
 
-    def boom(self, sql, params):
-        if sql.startswith("INSERT INTO main."):  # the APP insert, after the AUG rows were written
-            raise RuntimeError("injected failure while patching the APP layer")
-        return original(self, sql, params)
+    def failing(*args):  # the APP part fails on its row, after the CTEs before it ran to completion
+        sql = original(*args)
+        assert sql.startswith("WITH ") and ("tuples" in sql or "part1" in sql), sql
+        return sql + (" WHERE " if write == "insert" else " AND ") + "error('injected failure in the APP part') IS NULL"
 
-    monkeypatch.setattr(point.PointWrite, "_run", boom)
-    with pytest.raises(RuntimeError):
-        a.execute("INSERT INTO t VALUES (3, 'z')")
+    monkeypatch.setattr(point, builder, failing)
+    statement, params = (("INSERT INTO t VALUES (?, ?)", [3, "z"]) if write == "insert" else
+                         ("UPDATE t SET v = ? WHERE k = ?", ["z", 1]))
+    with pytest.raises(crr.CrrError, match="injected failure"):
+        a.execute(statement, params)
     monkeypatch.undo()
     assert _snapshot(a) == state
-    a.execute("INSERT INTO t VALUES (3, 'z')")  # and the site still works
-    assert (3, "z") in app(a, "t")
+    a.execute(statement, params)  # and the site still works
+    assert (3 if write == "insert" else 1, "z") in app(a, "t")
 
 
 def test_views_replicate_to_other_sites():

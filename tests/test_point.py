@@ -213,7 +213,11 @@ def _statements(site: crr.Site, action: Callable[[], Any]) -> list[str]:
 
 
 def _count(site: crr.Site, sql: str, params: list) -> list[str]:
-    return _statements(site, lambda: site.execute(sql, params))
+    """The statements a write runs, an ``EXECUTE`` of a statement the site prepared (crr.prepared)
+    shown as ``EXECUTE: <its SQL>``."""
+    ran = _statements(site, lambda: site.execute(sql, params))
+    prepared = {name: text for text, name in site._prepared._names.items()}
+    return [f"EXECUTE: {prepared[s.split()[1].split('(')[0]]}" if s.startswith("EXECUTE ") else s for s in ran]
 
 
 def test_a_point_write_updates_the_entry_it_looked_up_among_other_relations(tmp_path) -> None:
@@ -250,17 +254,26 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     site = crr.Site(tmp_path / "s.db")
     site.execute(f"CREATE REPLICATED TABLE t {schema}")
     site.execute("INSERT INTO t VALUES (0, 'a', 1)")
-    # a new key: its entry is written unless one exists, in one statement (no lookup)
+    lookup = lambda stmts: [s for s in stmts if s.lstrip().startswith("SELECT id, kh")]
+    fused = lambda stmts, head: [s for s in stmts if s.lstrip().startswith(head)]
+    # a new key: its entry, tuple and APP row are written unless an entry exists, in one statement
+    # (no lookup); the rows statement reads the DOUBLE's text
     new_key = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2.0])
-    assert len(new_key) == 4 and not [s for s in new_key if s.lstrip().startswith("SELECT id, kh")]
+    assert len(new_key) == 2 and not lookup(new_key) and len(fused(new_key, "EXECUTE: WITH entries AS")) == 1
     # values Python writes as DuckDB's text (crr.point.param_texts): no rows statement
-    assert len(_count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])) == 3
+    given = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])
+    assert len(given) == 1 and fused(given, "EXECUTE: WITH entries AS")  # prepared for new_key
     site.execute("DELETE FROM t WHERE k = 2")
-    assert len(_count(site, "UPDATE t SET v = ? WHERE k = ?", ["y", 1])) == 6
-    assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 4
-    # back from the dead: the new-keys INSERT writes nothing, the lookup finds the tuple known, so its
+    # rows, lookup, then one statement writing the old version's entry, the new one's entry and
+    # tuple, and the APP row
+    update = _count(site, "UPDATE t SET v = ? WHERE k = ?", ["y", 1])
+    assert len(update) == 3 and len(lookup(update)) == 1 and len(fused(update, "WITH part0 AS")) == 1
+    delete = _count(site, "DELETE FROM t WHERE k = ?", [1])
+    assert len(delete) == 3 and len(lookup(delete)) == 1 and len(fused(delete, "WITH part0 AS")) == 1
+    # back from the dead: the new-rows INSERT writes nothing, the lookup finds the tuple known, so its
     # entry is updated and no tuple is added
-    assert len(_count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0])) == 5
+    back = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0])
+    assert len(back) == 4 and len(lookup(back)) == 1 and not [s for s in back if '"t$t"' in s and "part" in s]
     assert not any("TEMP TABLE" in s.upper() for s in _count(site, "UPDATE t SET v = 'z' WHERE k = 0", []))
     assert app(site, "t") == [(0, "z", 1.0), (1, "y", 2.0)]
 
