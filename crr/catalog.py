@@ -69,9 +69,10 @@ if TYPE_CHECKING:
     from crr.aggregate import AggregateSpec
 
 SCHEMA = "_crr"
-STORAGE_VERSION = 8  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
+STORAGE_VERSION = 9  # 3: AUG tables name the user's columns positionally (c0, c1, ...); 4: no $i index;
 # 5: replicas keep their entries with their tuples ($e); 6: the catalog's ``orphans`` flag;
-# 7: ``_crr.meta``'s ``unchecked_entries``; 8: its ``rival_versions`` (SiteFlag)
+# 7: ``_crr.meta``'s ``unchecked_entries``; 8: its ``rival_versions`` (SiteFlag); 9: key hashes of
+# keys declared out of column order recomputed (crr.upgrade)
 
 
 class SiteFlag(Enum):

@@ -51,8 +51,8 @@ from crr.catalog import SCHEMA, Relation
 from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
-from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, quote_ident, quote_str, text_value_sql,
-                       tuple_id_of_texts, type_family, value_text_sql)
+from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
+                       text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
 from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
@@ -64,6 +64,7 @@ class Statement(Enum):
     ROWS = "rows"  # the written rows' values, as text
     LOOKUP = "lookup"  # the site's causal-length entries of their keys (or ids), and which it stores
     NEW_ROWS_INSERT = "new rows insert"  # an INSERT's entries, tuples and APP rows, unless some key (id) has an entry here
+    DELETE = "delete"  # a DELETE's APP rows and the entries of their keys (ids), from a table no other relation reads
     WRITE = "write"  # the entries, tuples and APP rows a write changes (its parts: :class:`Part`)
     DISAGREEING_ENTRIES = "disagreeing entries"  # entries of added ids under another relation or key
 
@@ -153,24 +154,22 @@ def rows_sql(rel: Relation, source: str, old: bool, new: bool) -> str:
     return f"SELECT {', '.join(texts)} FROM ({source}) w LIMIT {POINT_ROWS + 1}"
 
 
-def lookup_sql(rel: Relation, keys: list[int], ids: list[int], new_ids: list[int]) -> str:
+def lookup_sql(rel: Relation, probes: int, new_ids: int) -> str:
     """``Statement.LOOKUP``: the site's causal-length entries ``(id, kh, cl, stamp, vis, false, rowid)``
-    of the given key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true, NULL)``
-    for each of ``new_ids`` (the ids of the rows the write adds) the table's AUG tuples hold: a
-    removed row is an APP row, so its tuple is held, and a DELETE does not scan the tuples. The
-    values are integers this module computed, so they are written into the text. An entry's
-    ``rowid`` lets :data:`Part.CL_UPDATE` find its row without scanning ``_crr.cl`` (DuckDB
-    reads only the row group of a ``rowid = ?`` filter; a row keeps its rowid within the
-    transaction)."""
-    probe = f"kh IN ({', '.join(f'{k}::UHUGEINT' for k in keys)})" if rel.key else \
-        f"id IN ({', '.join(f'{i}::UHUGEINT' for i in ids)})"
+    of ``probes`` key hashes (keyed) or ids (unkeyed), and ``(id, NULL, NULL, NULL, NULL, true, NULL)``
+    for each of ``new_ids`` ids (those of the rows the write adds) the table's AUG tuples hold: a
+    removed row is an APP row, so its tuple is held, and a DELETE does not scan the tuples.
+    Parameters: the key hashes (ids), then the new ids. An entry's ``rowid`` lets
+    :data:`Part.CL_UPDATE` find its row without scanning ``_crr.cl`` (DuckDB reads only the row
+    group of a ``rowid = ?`` filter; a row keeps its rowid within the transaction)."""
+    probe = f"{'kh' if rel.key else 'id'} IN ({', '.join(['?::UHUGEINT'] * probes)})"
     # ``rel``: redundant (ids and key hashes hash the relation's name) but lets DuckDB skip the row
     # groups of other relations' entries by their zone maps
     entries = f"SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE rel = {quote_str(rel.name)} AND {probe}"
     if not new_ids:
         return entries
     return f"""{entries} UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
-               WHERE id IN ({', '.join(f'{i}::UHUGEINT' for i in new_ids)})"""
+               WHERE id IN ({', '.join(['?::UHUGEINT'] * new_ids)})"""
 
 
 def cl_update_sql(count: int) -> str:
@@ -226,6 +225,24 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> s
     return (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "
             f"tuples AS (INSERT INTO {rel.aug('t')} {tuples} RETURNING {names}) "
             f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM tuples")
+
+
+def delete_sql(rel: Relation, statement: str, qualifier: str) -> str:
+    """``Statement.DELETE``: a DELETE from a table no other relation here reads, as one statement
+    of any number of rows: ``statement`` (the application's DELETE, :attr:`crr.sql.dml.RowQueries.delete`)
+    removes the APP rows and returns their key hashes (keyed) or ids (unkeyed), computed in SQL
+    over the rows' columns (``qualifier``: the name they go by in it), and every present version of
+    those keys (the tuples themselves), an entry of odd causal length, grows by one: invisible, as
+    a local write's stamp is the largest, and stamped with the write's sequence number. That is the
+    rule the lookup and :meth:`PointWrite._entries` apply row by row (DESIGN 1.2: a removed row
+    deletes its key's present versions). Parameters: the statement's, then the sequence number.
+    Its one row is the number of APP rows it removed."""
+    probe = (key_hash_sql(rel.name, rel.key_columns, quote_ident(qualifier))
+             if rel.key else tuple_id_sql(rel.name, list(rel.columns), quote_ident(qualifier)))
+    return (f"WITH gone AS ({statement} RETURNING {probe} AS probe), "
+            f"entries AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
+            f"WHERE rel = {quote_str(rel.name)} AND {'kh' if rel.key else 'id'} IN (SELECT probe FROM gone) "
+            f"AND cl % 2 = 1) SELECT count(*) FROM gone")
 
 
 def _select_rows(row: str, count: int) -> str:
@@ -343,6 +360,11 @@ class PointWrite:
     def _run(self, sql: str, params: list | dict | None) -> list[tuple]:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
+    def delete(self, rel: Relation, statement: str, qualifier: str, params: list | None, seq: int) -> int:
+        """A DELETE from a table no other relation here reads, as the one statement
+        :data:`Statement.DELETE` (prepared when its parameters allow); returns the rows removed."""
+        return self.prepared.run(self.con, delete_sql(rel, statement, qualifier), [*(params or []), seq])[0][0]
+
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
                    unchecked_entries: bool) -> PointResult | None:
         """An INSERT of rows whose texts are ``given`` (:func:`param_texts`) as the one statement
@@ -356,10 +378,9 @@ class PointWrite:
     @staticmethod
     def _added_rows(rel: Relation, found: list[tuple[str | None, ...]]) -> list[_Row]:
         """The rows an INSERT adds, with their ids and key hashes, from their texts."""
-        key_cols = [rel.columns[rel.column_names.index(k)] for k in rel.key]
-        key_at = [rel.column_names.index(k) for k in rel.key]
+        key_at = _key_positions(rel)
         return [_Row(True, tuple_id_of_texts(rel.name, rel.columns, texts),
-                     key_hash_of_texts(rel.name, key_cols, [texts[i] for i in key_at]) if rel.key else None,
+                     key_hash_of_texts(rel.name, rel.key_columns, [texts[i] for i in key_at]) if rel.key else None,
                      texts, False, []) for texts in found]
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
@@ -379,13 +400,12 @@ class PointWrite:
         if len(found) > POINT_ROWS:
             return None
         width = len(rel.columns)
-        key_at = [rel.column_names.index(k) for k in rel.key]
-        key_cols = [rel.columns[i] for i in key_at]
+        key_at = _key_positions(rel)
         rows: dict[tuple[int, bool], _Row] = {}
         for n, texts in enumerate(found):
             halves = [texts[:width], texts[width:]] if old and new else [texts]
             for half, is_new in zip(halves, [False, True] if old and new else [new]):
-                kh = key_hash_of_texts(rel.name, key_cols, [half[i] for i in key_at]) if rel.key else None
+                kh = key_hash_of_texts(rel.name, rel.key_columns, [half[i] for i in key_at]) if rel.key else None
                 rows[(n, is_new)] = _Row(is_new, tuple_id_of_texts(rel.name, rel.columns, half), kh, half, False, [])
         if not rows:
             return PointResult(0, False, [], [])
@@ -400,8 +420,10 @@ class PointWrite:
         ids = sorted({r.id for r in rows.values()})
         versions: dict[int, list[tuple[int, int, int, bool, int]]] = {}  # per key hash (keyed) or id
         stored: set[int] = set()
+        probes = sorted({r.kh for r in rows.values()}) if rel.key else ids
+        new_ids = sorted({r.id for r in rows.values() if r.new})
         for id_, kh, cl, stamp, vis, in_table, rowid in self._run(
-                lookup_sql(rel, sorted({r.kh for r in rows.values()}), ids, sorted({r.id for r in rows.values() if r.new})), []):
+                lookup_sql(rel, len(probes), len(new_ids)), probes + new_ids):
             if in_table:
                 stored.add(int(id_))
             else:
@@ -438,6 +460,8 @@ class PointWrite:
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: a repeated key was refused above
         params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)] + probe + \
             (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)]
+        # prepared: planning it costs more than running it (the lookup, write and rows statements
+        # gain nothing from it, measured)
         written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries), params)[0][0]
         if not written:
             return None
@@ -501,8 +525,15 @@ class PointWrite:
             if came:
                 parts.append((app_insert_sql(rel, len(came)), [v for r in came for v in r.values]))
         if parts:
-            self._run(write_sql([sql for sql, _ in parts]), [p for _, params in parts for p in params])
+            self.prepared.run(self.con, write_sql([sql for sql, _ in parts]), [p for _, params in parts for p in params])
         return bool(entries or tuples)
+
+
+def _key_positions(rel: Relation) -> list[int]:
+    """The positions of the key columns in a row, in the order the key hash encodes them: the
+    columns' declared order (:attr:`crr.catalog.Relation.key_columns`, as the SQL computation
+    :func:`crr.types.key_hash_sql` has them), not the order ``PRIMARY KEY (...)`` lists them in."""
+    return [i for i, c in enumerate(rel.columns) if c.name in rel.key]
 
 
 def _visible_entry(row: _Row) -> bool:

@@ -45,7 +45,10 @@ class Prepared:
         self._count = 0
 
     def run(self, con: duckdb.DuckDBPyConnection, sql: str, values: list) -> list[tuple]:
-        """Run ``sql`` with ``values`` for its parameters, preparing it on ``con`` the first time."""
+        """Run ``sql`` with ``values`` for its parameters, preparing it on ``con`` the first time;
+        values :func:`literal` does not write (an application's float or date) run it unprepared."""
+        if not all(value is None or type(value) in (bool, int, str) for value in values):
+            return con.execute(sql, values).fetchall()
         name = self._names.get(sql)
         if name is None:
             if len(self._names) >= self.LIMIT:

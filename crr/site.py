@@ -486,31 +486,44 @@ class Site:
                        DmlKind.DELETE: dml.delete_rows}[stmt.kind]
             rq = self._rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
         given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
-        new_tried = False
-        if given is not None and not self._read_elsewhere(rel):
-            # rows new to the site are one statement, its own transaction (DuckDB's autocommit)
+        source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
+        assert source is not None
+        point_write = PointWrite(self._con, self._prepared)
+
+        def write(new_tried: bool = False) -> PointResult | None:
+            with _translated_errors():
+                return point_write.write(rel, source, old=stmt.kind is not DmlKind.INSERT,
+                                         new=stmt.kind is not DmlKind.DELETE, params=params, clock=self._clock,
+                                         seq=self._seq + 1, given=given,
+                                         unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried)
+
+        if not self._read_elsewhere(rel):
+            # No other relation reads the table: the point path's one writing statement is its own
+            # transaction (DuckDB commits it on its own), and the reads before it see the state it
+            # changes, as nothing else writes through this site's connection in between.
             self._check_open()
-            with _translated_errors():
-                point = PointWrite(self._con, self._prepared).insert_new(rel, given, self._clock, self._seq + 1,
-                                                         unchecked_entries=self._rels.unchecked_entries)
-            if point is not None:
-                self._bump()
-                return [(point.count,)]
-            new_tried = not rel.orphans
-        with self._transaction():
-            source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
-            assert source is not None
-            with _translated_errors():
-                point = PointWrite(self._con, self._prepared).write(rel, source, old=stmt.kind is not DmlKind.INSERT,
-                                                    new=stmt.kind is not DmlKind.DELETE, params=params,
-                                                    clock=self._clock, seq=self._seq + 1, given=given,
-                                                    unchecked_entries=self._rels.unchecked_entries,
-                                                    new_tried=new_tried)
-            if point is not None:  # a small write (else it takes the batch path below)
-                if point.changed and self._read_elsewhere(rel):
-                    self._maintain_point(rel, point)
-                elif point.changed:
+            if stmt.kind is DmlKind.DELETE and rq.delete is not None and not isinstance(params, dict):
+                with _translated_errors():  # the APP rows and their entries: one statement, any number of rows
+                    count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, self._seq + 1)
+                if count:
                     self._bump()
+                return [(count,)]
+            point = None
+            if given is not None:  # rows new to the site: one statement, no lookup
+                with _translated_errors():
+                    point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
+                                                   unchecked_entries=self._rels.unchecked_entries)
+            if point is None:
+                point = write(new_tried=given is not None and not rel.orphans)
+            if point is not None:
+                if point.changed:
+                    self._bump()
+                return [(point.count,)]
+        with self._transaction():
+            point = write() if self._read_elsewhere(rel) else None
+            if point is not None:  # a small write (else it takes the batch path below)
+                if point.changed:
+                    self._maintain_point(rel, point)
                 return [(point.count,)]
             if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
                 assert rq.new is not None

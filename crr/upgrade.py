@@ -25,17 +25,23 @@ Steps, each from one version to the next:
 * 7 -> 8: ``_crr.meta`` gains ``rival_versions`` (:attr:`crr.catalog.SiteFlag.RIVAL_VERSIONS`), true:
   whether some key has two present versions was never recorded, so the file keeps the count before
   a batch of deletes (it only costs a faster path).
+* 8 -> 9: the point path hashed a key in the order ``PRIMARY KEY (...)`` lists its columns, where
+  every other path (the batch path, the merge's check, Spark) hashes them in declared column order;
+  a table whose key lists its columns in another order kept entries whose ``kh`` other sites refuse.
+  Such a table's entries get their key hash again, from their tuples (:func:`rehash_keys_sql`), and
+  ``rival_versions`` is set (two versions of one key may have met under their two hashes).
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, SiteFlag, aug_table,
+from crr.catalog import (CATALOG_ROWS_SQL, SCHEMA, STORAGE_VERSION, Relation, SiteFlag, aug_table, flag_set_sql,
                          orphans_update_sql, relation_from_row, replica_table_ddl, replica_view_ddl)
 from crr.causal import tuples_without_entries_sql
 from crr.merge import DERIVED_UPDATE_SQL
 from crr.replica import convert_sql
+from crr.types import key_hash_sql, quote_str
 
 OLDEST_UPGRADABLE = 3
 
@@ -69,6 +75,19 @@ def flag_row_sql(flag: SiteFlag) -> str:
     """6 -> 7 (``unchecked_entries``), 7 -> 8 (``rival_versions``): a ``_crr.meta`` row for a flag an
     older file lacks, true (unknown for such a file)."""
     return f"INSERT INTO {SCHEMA}.meta VALUES ('{flag.value}', 'true') ON CONFLICT DO NOTHING"
+
+
+def rehash_keys_sql(rel: Relation) -> str:
+    """8 -> 9: the key hash of each of a replicated table's entries that has its tuple, computed
+    from the tuple's key columns in declared order (:func:`crr.types.key_hash_sql`)."""
+    return (f"UPDATE {SCHEMA}.cl SET kh = {key_hash_sql(rel.name, rel.key_aug_columns, 't')} "
+            f"FROM {rel.aug('t')} t WHERE {SCHEMA}.cl.id = t.id AND {SCHEMA}.cl.rel = {quote_str(rel.name)}")
+
+
+def key_out_of_order(rel: Relation) -> bool:
+    """8 -> 9: whether a replicated table's ``PRIMARY KEY (...)`` lists its columns in another order
+    than the table declares them (only then did the point path hash its keys differently)."""
+    return rel.is_base and list(rel.key) != [c.name for c in rel.key_columns]
 
 
 def upgradable(version: int) -> bool:
@@ -110,4 +129,12 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
         version = 7
     if version == 7:
         con.execute(flag_row_sql(SiteFlag.RIVAL_VERSIONS))
+        version = 8
+    if version == 8:
+        rehashed = [rel for rel in (relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall())
+                    if key_out_of_order(rel)]
+        for rel in rehashed:
+            con.execute(rehash_keys_sql(rel))
+        if rehashed:
+            con.execute(flag_set_sql(SiteFlag.RIVAL_VERSIONS))
     con.execute(set_version_sql(), [str(STORAGE_VERSION)])

@@ -33,6 +33,10 @@ class RowQueries:
     # statement's parameters of each table column's value (None: NULL, or a column the INSERT does
     # not name), so a caller may read the rows from the parameters without running ``new``
     params_at: tuple[tuple[int | None, ...], ...] | None = None
+    # a DELETE: the statement itself, run on the APP table, and the name its rows go by there (the
+    # target's alias or name), so a caller may delete the APP rows directly and read them RETURNING
+    delete: str | None = None
+    qualifier: str | None = None
 
 
 def _q(name: str) -> exp.Identifier:
@@ -178,4 +182,4 @@ def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) ->
         query = query.where(where.this.copy())
     if tree.args.get("using"):
         query = query.distinct()
-    return RowQueries(old=query.sql(DIALECT), new=None)
+    return RowQueries(old=query.sql(DIALECT), new=None, delete=tree.sql(DIALECT), qualifier=qualifier)
