@@ -1,8 +1,9 @@
-"""The point path: a small local write to a replicated table that no other relation here reads.
+"""The point path: a small local write to a replicated table.
 
-Such a write changes only the table's own state (its causal-length entries, its AUG tuples and its
-APP table), so it needs none of the batch pipeline's set-at-a-time machinery (:mod:`crr.writes`,
-:mod:`crr.maintain`): one query reads the statement's rows, another what the site knows about them,
+Such a write changes the table's own state (its causal-length entries, its AUG tuples and its APP
+table; the relations that read the table are the caller's to maintain from the result), so it
+needs none of the batch pipeline's set-at-a-time machinery (:mod:`crr.writes`, :mod:`crr.maintain`):
+one query reads the statement's rows, another what the site knows about them,
 Python decides the new causal lengths exactly as the batch path would (DESIGN 1.1/1.2), and one
 parameterized statement writes the result. No temp table, no catalog DDL.
 
@@ -10,7 +11,8 @@ Statements per write (:class:`Statement` names them, and a test counts them):
 
 ========================  ======================================================================
 INSERT of new rows        rows, new rows insert                                         (2)
-DELETE                    rows, lookup, write                                           (3)
+DELETE                    delete, from a table no other relation reads                  (1)
+DELETE (table read)       rows, lookup, write                                           (3)
 UPDATE                    rows, lookup, write                                           (3)
 ========================  ======================================================================
 
