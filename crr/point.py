@@ -364,8 +364,13 @@ class PointWrite:
 
     def delete(self, rel: Relation, statement: str, qualifier: str, params: list | None, seq: int) -> int:
         """A DELETE from a table no other relation here reads, as the one statement
-        :data:`Statement.DELETE` (prepared when its parameters allow); returns the rows removed."""
-        return self.prepared.run(self.con, delete_sql(rel, statement, qualifier), [*(params or []), seq])[0][0]
+        :data:`Statement.DELETE`; returns the rows removed. Prepared when the application's statement
+        has parameters (then its text repeats; one with its values written in may not, and would
+        only fill the cache) and their values allow."""
+        sql = delete_sql(rel, statement, qualifier)
+        if not params:
+            return self.con.execute(sql, [seq]).fetchall()[0][0]
+        return self.prepared.run(self.con, sql, [*params, seq])[0][0]
 
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
                    unchecked_entries: bool) -> PointResult | None:

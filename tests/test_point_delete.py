@@ -85,3 +85,15 @@ def test_a_delete_with_values_no_literal_writes_runs_unprepared() -> None:
         assert site.execute("DELETE FROM e WHERE at < ? OR x = ?", [datetime.date(2026, 1, 15), 9.5]) == [(1,)]
     assert app(alone, "e") == app(read, "e") == [(2, datetime.date(2026, 2, 1), 2.5)]
     assert not [sql for sql in alone._prepared._names if '"e"' in sql]
+
+
+def test_only_a_parameterized_delete_is_prepared() -> None:
+    """An application's DELETE with its values written in has a text of its own each time: running
+    it prepared would add a PREPARE to every such DELETE and fill the cache."""
+    alone, _ = _pair("(k INTEGER PRIMARY KEY, v VARCHAR)", [(i, f"v{i}") for i in range(1, 11)])
+    for k in (1, 2):
+        alone.execute(f"DELETE FROM t WHERE k = {k}")
+    assert not [sql for sql in alone._prepared._names if "DELETE FROM" in sql]
+    alone.execute("DELETE FROM t WHERE k = ?", [3])
+    assert len([sql for sql in alone._prepared._names if "DELETE FROM" in sql]) == 1
+    assert [r[0] for r in app(alone, "t")] == list(range(4, 11))
