@@ -11,7 +11,7 @@ from crr.prepared import Prepared, literal
 from tests.conftest import app
 
 
-VALUES = [None, True, False, 0, -7, 2**127 + 3, 2**128 - 1, "", "it's", "a''b", "ünï\x01\n\t", "--", "x); DROP TABLE t; --"]
+VALUES = [None, True, False, 0, -7, 2**127 + 3, 2**128 - 1, "", "it's", "a''b", "ünï\x00\x01\n\t", "--", "x); DROP TABLE t; --"]
 
 
 @pytest.mark.parametrize("value", VALUES, ids=repr)
