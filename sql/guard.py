@@ -464,6 +464,8 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
     base = facts.tables if facts is not None else _words(sql)
     _refuse_schema_switch(kind, toks)
     _refuse_builtin_override(kind, toks)
+    _refuse_transaction_control(kind)
+    _refuse_internal_prepared(toks)
     if first == "import" or (first in ("copy", "pragma") and len(toks) > 1
                              and toks[1].word in ("from", "import_database", "copy_database")):
         raise UnsupportedSqlError("IMPORT DATABASE and COPY FROM DATABASE run statements crr cannot check (they may "
@@ -495,6 +497,23 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
     else:  # CREATE, DROP, ALTER, INSERT, UPDATE, DELETE, MERGE, TRANSACTION, LOAD, DETACH...
         own = _effects(False, base, _trusted_targets(kind, tree, facts, toks))
     return _effects(own.read_only and text.read_only, own.tables | text.tables, own.writes | text.writes, tree)
+
+
+def _refuse_transaction_control(kind: str) -> None:
+    """Refuse BEGIN, COMMIT, ROLLBACK and their synonyms: a site runs each write and each merge as a
+    transaction of its own, and one the application opened around them would hold some of them
+    uncommitted (a write to a table no view reads is one autocommitted statement)."""
+    if kind == "TRANSACTION":
+        raise UnsupportedSqlError("BEGIN, COMMIT and ROLLBACK are not supported: crr runs each write and each "
+                                  "merge as one transaction of its own; write several rows in one statement "
+                                  "(or with Site.insert_many) to make them one change")
+
+
+def _refuse_internal_prepared(toks: list[_Tok]) -> None:
+    """Refuse PREPARE, EXECUTE and DEALLOCATE of crr's own prepared statements (``_crr…``, see
+    :mod:`crr.prepared`)."""
+    if toks[0].word in ("prepare", "execute", "deallocate") and any(t.word.startswith("_crr") for t in toks[1:3]):
+        raise UnsupportedSqlError("prepared statements named _crr... belong to crr; name yours otherwise")
 
 
 def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:

@@ -60,3 +60,34 @@ def test_writes_after_ddl_use_the_tables_as_they_are_now(tmp_path) -> None:
     site.execute("INSERT INTO t VALUES (?, ?, ?)", [2, 5, "c"])
     assert app(site, "t") == [(2, 5, "c")]
     assert site.execute("SELECT count(*) FROM _crr.cl") == [(1,)]
+
+
+@pytest.mark.parametrize("statement", ["BEGIN", "BEGIN TRANSACTION", "START TRANSACTION", "COMMIT", "END",
+                                       "ROLLBACK", "ABORT"])
+def test_transaction_control_is_refused(statement: str) -> None:
+    """A transaction the application opened would hold crr's own writes uncommitted (a write to a table
+    no view reads is one autocommitted statement): refused, and the site keeps working."""
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    with pytest.raises(crr.UnsupportedSqlError, match="one transaction of its own"):
+        site.execute(statement)
+    site.execute("INSERT INTO t VALUES (?, ?)", [1, "a"])
+    other = crr.Site()
+    other.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    other.merge(site.changes())
+    assert app(other, "t") == [(1, "a")]
+
+
+@pytest.mark.parametrize("statement", ["DEALLOCATE {name}", "DEALLOCATE PREPARE {name}", "EXECUTE {name}(1)",
+                                       "PREPARE {name} AS SELECT 1"])
+def test_crr_prepared_statements_are_not_the_application_s(statement: str) -> None:
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("INSERT INTO t VALUES (?, ?)", [1, "a"])
+    (name,) = site._prepared._names.values()
+    with pytest.raises(crr.UnsupportedSqlError, match="belong to crr"):
+        site.execute(statement.format(name=name))
+    site.execute("INSERT INTO t VALUES (?, ?)", [2, "b"])  # the prepared statement is still there
+    site.execute("PREPARE mine AS SELECT 41 + 1")  # the application's own are its business
+    assert site.execute("EXECUTE mine") == [(42,)]
+    assert app(site, "t") == [(1, "a"), (2, "b")]
