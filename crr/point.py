@@ -195,9 +195,9 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> s
     not at all, in one statement: their causal-length entries (each of length 1 and visible),
     written only if the site has no entry of any of their key hashes (keyed) or ids (unkeyed), then
     their AUG tuples and their APP rows, written only if the entries were. Parameters: (id, kh,
-    stamp, seq) per row; the rows' distinct key hashes (keyed) or ids (unkeyed), ``count`` of them
-    (repeat one to fill); with ``unchecked_entries``, the ids again; then (id, values as text...,
-    seq) per row. Its count (the APP rows written) says whether it wrote them. It stands for the
+    stamp, seq) per row; the rows' key hashes (keyed) or ids (unkeyed), ``count`` of them (distinct:
+    the caller refused a key written twice); with ``unchecked_entries``, the ids again; then (id,
+    values as text..., seq) per row. Its count (the APP rows written) says whether it wrote them. It stands for the
     lookup and the entry, tuple and APP INSERTs of a write of rows new to the site
     (:meth:`PointWrite._insert_new`); its text depends only on the relation, ``count`` and the
     flag, so the site prepares it once (:class:`crr.prepared.Prepared`).
