@@ -164,7 +164,7 @@ def lookup_sql(rel: Relation, probes: int, new_ids: int) -> str:
     Parameters: the key hashes (ids), then the new ids. An entry's ``rowid`` lets
     :data:`Part.CL_UPDATE` find its row without scanning ``_crr.cl`` (DuckDB reads only the row
     group of a ``rowid = ?`` filter; a row keeps its rowid within the transaction)."""
-    probe = f"{'kh' if rel.key else 'id'} IN ({', '.join(['?::UHUGEINT'] * probes)})"
+    probe = f"{_probe_column(rel)} IN ({', '.join(['?::UHUGEINT'] * probes)})"
     # ``rel``: redundant (ids and key hashes hash the relation's name) but lets DuckDB skip the row
     # groups of other relations' entries by their zone maps
     entries = f"SELECT id, kh, cl, stamp, vis, false, rowid FROM {SCHEMA}.cl WHERE rel = {quote_str(rel.name)} AND {probe}"
@@ -211,7 +211,7 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> s
     write is refused (:func:`disagreeing_entries_sql`). Otherwise an id's stored entry has the same
     relation and key hash as the row (an id is a hash of the relation and the values)."""
     params = ", ".join(["?::UHUGEINT"] * count)
-    stored = f"rel = {quote_str(rel.name)} AND {'kh' if rel.key else 'id'} IN ({params})"
+    stored = f"rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN ({params})"
     if unchecked_entries:
         stored = f"({stored}) OR id IN ({params})"
     entry = f"?::UHUGEINT, {quote_str(rel.name)}, 1, ?::UHUGEINT, ?::UHUGEINT, true, ?"
@@ -243,8 +243,13 @@ def delete_sql(rel: Relation, statement: str, qualifier: str) -> str:
              if rel.key else tuple_id_sql(rel.name, list(rel.columns), quote_ident(qualifier)))
     return (f"WITH gone AS ({statement} RETURNING {probe} AS probe), "
             f"entries AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
-            f"WHERE rel = {quote_str(rel.name)} AND {'kh' if rel.key else 'id'} IN (SELECT probe FROM gone) "
+            f"WHERE rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN (SELECT probe FROM gone) "
             f"AND cl % 2 = 1) SELECT count(*) FROM gone")
+
+
+def _probe_column(rel: Relation) -> str:
+    """The ``_crr.cl`` column a write's rows are looked up by: their key hashes (keyed), or their ids."""
+    return "kh" if rel.key else "id"
 
 
 def _select_rows(row: str, count: int) -> str:
@@ -369,7 +374,7 @@ class PointWrite:
         only fill the cache) and their values allow."""
         sql = delete_sql(rel, statement, qualifier)
         if not params:
-            return self.con.execute(sql, [seq]).fetchall()[0][0]
+            return self._run(sql, [seq])[0][0]
         return self.prepared.run(self.con, sql, [*params, seq])[0][0]
 
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
@@ -386,9 +391,7 @@ class PointWrite:
     def _added_rows(rel: Relation, found: list[tuple[str | None, ...]]) -> list[_Row]:
         """The rows an INSERT adds, with their ids and key hashes, from their texts."""
         key_at = _key_positions(rel)
-        return [_Row(True, tuple_id_of_texts(rel.name, rel.columns, texts),
-                     key_hash_of_texts(rel.name, rel.key_columns, [texts[i] for i in key_at]) if rel.key else None,
-                     texts, False, []) for texts in found]
+        return [_text_row(rel, key_at, texts, True) for texts in found]
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
               clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None, *,
@@ -401,7 +404,7 @@ class PointWrite:
         the caller's to maintain from the result. ``unchecked_entries``: the site's
         :attr:`crr.catalog.Catalog.unchecked_entries` (then an added row whose id has an entry of another
         relation or key hash is refused, by one statement more). ``new_tried``: :meth:`insert_new`
-        ran for these rows already and wrote nothing.
+        was called for these rows and wrote nothing.
         """
         found = given if given is not None else self._run(rows_sql(rel, source, old, new), params)
         if len(found) > POINT_ROWS:
@@ -412,8 +415,7 @@ class PointWrite:
         for n, texts in enumerate(found):
             halves = [texts[:width], texts[width:]] if old and new else [texts]
             for half, is_new in zip(halves, [False, True] if old and new else [new]):
-                kh = key_hash_of_texts(rel.name, rel.key_columns, [half[i] for i in key_at]) if rel.key else None
-                rows[(n, is_new)] = _Row(is_new, tuple_id_of_texts(rel.name, rel.columns, half), kh, half, False, [])
+                rows[(n, is_new)] = _text_row(rel, key_at, half, is_new)
         if not rows:
             return PointResult(0, False, [], [])
         if new and not old and not rel.orphans and not new_tried:
@@ -467,8 +469,8 @@ class PointWrite:
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: a repeated key was refused above
         params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)] + probe + \
             (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)]
-        # prepared: planning it costs more than running it (the lookup, write and rows statements
-        # gain nothing from it, measured)
+        # prepared: binding it costs more than running it (the rows and lookup statements gain
+        # nothing from it, measured)
         written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries), params)[0][0]
         if not written:
             return None
@@ -534,6 +536,13 @@ class PointWrite:
         if parts:
             self.prepared.run(self.con, write_sql([sql for sql, _ in parts]), [p for _, params in parts for p in params])
         return bool(entries or tuples)
+
+
+def _text_row(rel: Relation, key_at: list[int], texts: tuple[str | None, ...], new: bool) -> _Row:
+    """A written row from its values' texts, with its id and (keyed) key hash computed in Python;
+    ``key_at``: :func:`_key_positions`."""
+    kh = key_hash_of_texts(rel.name, rel.key_columns, [texts[i] for i in key_at]) if rel.key else None
+    return _Row(new, tuple_id_of_texts(rel.name, rel.columns, texts), kh, texts, False, [])
 
 
 def _key_positions(rel: Relation) -> list[int]:

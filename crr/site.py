@@ -497,7 +497,8 @@ class Site:
                                          seq=self._seq + 1, given=given,
                                          unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried)
 
-        if not self._read_elsewhere(rel):
+        read_elsewhere = self._read_elsewhere(rel)
+        if not read_elsewhere:
             # No other relation reads the table: the point path's one writing statement is its own
             # transaction (DuckDB commits it on its own), and the reads before it see the state it
             # changes, as nothing else writes through this site's connection in between.
@@ -514,13 +515,13 @@ class Site:
                     point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
                                                    unchecked_entries=self._rels.unchecked_entries)
             if point is None:
-                point = write(new_tried=given is not None and not rel.orphans)
+                point = write(new_tried=given is not None)
             if point is not None:
                 if point.changed:
                     self._bump()
                 return [(point.count,)]
         with self._transaction():
-            point = write() if self._read_elsewhere(rel) else None
+            point = write() if read_elsewhere else None
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed:
                     self._maintain_point(rel, point)

@@ -95,9 +95,13 @@ def upgradable(version: int) -> bool:
     return OLDEST_UPGRADABLE <= version < STORAGE_VERSION
 
 
+def _relations(con: duckdb.DuckDBPyConnection) -> list[Relation]:
+    """Every relation the file's catalog holds."""
+    return [relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()]
+
+
 def _stored_narrow(con: duckdb.DuckDBPyConnection) -> list[Relation]:
-    rels = [relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()]
-    return [rel for rel in rels if rel.narrow and rel.stored]
+    return [rel for rel in _relations(con) if rel.narrow and rel.stored]
 
 
 def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
@@ -119,7 +123,7 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
             con.execute(replica_view_ddl(rel))
         version = 5
     if version == 5:
-        for rel in (relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()):
+        for rel in _relations(con):
             if rel.is_base:
                 orphans = con.execute(tuples_without_entries_sql(rel.aug("t"))).fetchall()[0][0] > 0
                 con.execute(orphans_update_sql(), [orphans, rel.name])
@@ -131,8 +135,7 @@ def upgrade(con: duckdb.DuckDBPyConnection, version: int) -> None:
         con.execute(flag_row_sql(SiteFlag.RIVAL_VERSIONS))
         version = 8
     if version == 8:
-        rehashed = [rel for rel in (relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall())
-                    if key_out_of_order(rel)]
+        rehashed = [rel for rel in _relations(con) if key_out_of_order(rel)]
         for rel in rehashed:
             con.execute(rehash_keys_sql(rel))
         if rehashed:
