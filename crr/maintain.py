@@ -192,6 +192,51 @@ def lost_derivations_sql(view: Relation, flips: str, width: int) -> str:
     return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width)
 
 
+def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: bool) -> str:
+    """INSERT of the candidate monomials ``source`` selects (``vid, mid, ids, cols...``) into ``rel``'s
+    ``$m``, stamped with sequence number ``seq`` (a number, or ``?``), returning the rows it added;
+    ``lacking_only``: only those ``$m`` lacks (an anti-join), else every one (the caller knows
+    ``$m`` lacks them all)."""
+    lacking = f"ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid" if lacking_only else ""
+    return f"""INSERT INTO {rel.aug('m')}
+            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {seq} FROM {source} c {lacking}
+            RETURNING vid, mid, ids, {cols_sql(rel)}"""
+
+
+def alive_sql(view: Relation, monomials: str, visibility: str) -> str:
+    """SELECT text of the tuples ``(vid, cols...)`` of the monomials ``monomials`` selects (``vid, mid,
+    ids, cols...``) that are alive: every id visible in ``visibility`` (``id, vis``); a tuple appears
+    once per alive monomial."""
+    values = ", ".join(f"any_value(n.{c.name}) AS {c.name}" for c in view.aug_columns)
+    return f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
+                                            FROM {monomials}) n
+               LEFT JOIN {visibility} c ON c.id = n.id
+               GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
+
+
+def app_append_sql(view: Relation, rows: str, one_derivation: bool, non_null: frozenset[str]) -> str:
+    """INSERT into the view's APP table of the tuples ``rows`` selects (``vid, cols...``, one row per
+    tuple) that it does not hold. ``one_derivation``: each is its tuple's one derivation and new, so
+    none is there and no anti-join is needed. ``non_null``: AUG columns ``rows`` holds no NULL in
+    (:func:`crr.batch_rows.app_match`)."""
+    if one_derivation:
+        # each new monomial is its tuple's one derivation, and new to $m: before this batch the
+        # tuple had none, so it is not in the APP table (the paper's join view site, 1000 new
+        # rows into 100k: 4.0-4.6 ms against 5.4-6.4 ms with the anti-join, statement timing)
+        return f"INSERT INTO {view.app} ({app_cols_sql(view)}) SELECT {cols_sql(view, 'd')} FROM {rows} d"
+    match = app_match(view, 'app', 'd', non_null)
+    if not non_null:
+        return f"""INSERT INTO {view.app} ({app_cols_sql(view)})
+            SELECT {cols_sql(view, 'd')} FROM {rows} d ANTI JOIN {view.app} app ON {match}"""
+    # the APP rows that can match, found by a semi-join: DuckDB pushes the new rows' range of each
+    # ``=`` column into the scan (zone maps skip row groups), which it does not do for the
+    # anti-join's side (620k APP rows: 11.5 -> 1.6 ms for 636 new rows, measured alone)
+    return f"""INSERT INTO {view.app} ({app_cols_sql(view)})
+        WITH d AS MATERIALIZED (SELECT * FROM {rows})
+        SELECT {cols_sql(view, 'd')} FROM d ANTI JOIN (SELECT app.* FROM {view.app} app SEMI JOIN d ON {match}) app
+        ON {match}"""
+
+
 def _one_row_per_id(first: pa.Table, then: pa.Table) -> pa.Table:
     """The rows two statements wrote into one home, one per id: ``then``'s, and ``first``'s for the
     ids ``then`` did not write (the same columns in both)."""
@@ -647,6 +692,18 @@ class Maintainer:
         changed = {r for r in plan.inputs if r in self.new_base or r in self.new_derived}
         if not changed:
             return
+        cand, linear, single = self._candidates(view, changed)
+        single_base = linear and all(single[r] for r in changed)
+        self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view),
+                            fresh=linear and all(single.values()) and self._fresh_product(view, changed))
+
+    def _candidates(self, view: Relation, changed: set[str]) -> tuple[str, bool, dict[str, bool]]:
+        """SELECT text of the view's candidate monomials ``(vid, mid, ids, cols...)`` from the deltas
+        of its ``changed`` inputs (its delta plans, :meth:`sql.compile.ViewPlan.delta_queries`);
+        whether that is one delta query; and per input whether each of its monomials holds one id
+        (:meth:`_single_id`)."""
+        plan = view.plan
+        assert plan is not None
         # the plans are compiled once; their SQL text depends only on where each changed input's
         # delta is read from, so it is generated once per such combination (``sql_cache``, per site)
         single = {r: self._single_id(r) for r in plan.inputs}
@@ -660,10 +717,7 @@ class Maintainer:
                               {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
                        FROM ({union}) p"""
             cached = self.sql_cache[key] = (cand, len(queries) == 1)
-        cand, linear = cached
-        single_base = linear and all(single[r] for r in changed)
-        self._add_monomials(view, cand, dedup=not single_base, width=self._plan_width(view),
-                            fresh=linear and all(single.values()) and self._fresh_product(view, changed))
+        return cached[0], cached[1], single
 
     def _fresh_product(self, view: Relation, changed: set[str]) -> bool:
         """Whether none of the view's candidate monomials can be one it already holds, so adding them
@@ -763,10 +817,7 @@ class Maintainer:
         """Add the monomials of ``source`` that ``rel`` lacks with one INSERT ... RETURNING (without
         the anti-join when the caller knows it lacks them all); the rows it returns are registered (as
         Arrow) as the relation's delta for the views over it."""
-        lacking = "" if fresh else f"ANTI JOIN {rel.aug('m')} m ON m.vid = c.vid AND m.mid = c.mid"
-        added = arrow_rows(self.con, f"""INSERT INTO {rel.aug('m')}
-            SELECT c.vid, c.mid, c.ids, {cols_sql(rel, 'c')}, {self.seq} FROM {source} c {lacking}
-            RETURNING vid, mid, ids, {cols_sql(rel)}""")
+        added = arrow_rows(self.con, monomials_insert_sql(rel, source, str(self.seq), lacking_only=not fresh))
         if added.num_rows == 0:
             return
         view = self._register(name, added)
@@ -1039,11 +1090,7 @@ class Maintainer:
             return  # no new monomials: nothing changes
         cols = [c.name for c in view.aug_columns]
         if self.written_arrow is None:
-            values = ", ".join(f"any_value(n.{c}) AS {c}" for c in cols)
-            present = f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
-                                                       FROM {self.new_derived[view.name]}) n
-                          LEFT JOIN {self._visibility(view)} c ON c.id = n.id
-                          GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
+            present = alive_sql(view, self.new_derived[view.name], self._visibility(view))
             distinct, non_null = False, frozenset()
         else:
             live = _liveness(new, self.written_arrow)
@@ -1062,25 +1109,57 @@ class Maintainer:
                               ANTI JOIN (SELECT u.mid FROM {unknown} u LEFT JOIN {visibility} v ON v.id = u.id
                                          WHERE NOT coalesce(v.vis, false)) d ON d.mid = c.mid"""
         rows = f"({present})" if distinct else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
-        if self._one_derivation(view):
-            # each new monomial is its tuple's one derivation, and new to $m: before this batch the
-            # tuple had none, so it is not in the APP table (the paper's join view site, 1000 new
-            # rows into 100k: 4.0-4.6 ms against 5.4-6.4 ms with the anti-join, statement timing)
-            inserted = self.x(f"INSERT INTO {view.app} ({app_cols_sql(view)}) SELECT {cols_sql(view, 'd')} FROM {rows} d")
-            self.counts(view.name).inserted += inserted
-            return
-        match = app_match(view, 'app', 'd', non_null)
-        if non_null:
-            # the APP rows that can match, found by a semi-join: DuckDB pushes the new rows' range of
-            # each ``=`` column into the scan (zone maps skip row groups), which it does not do for
-            # the anti-join's side (620k APP rows: 11.5 -> 1.6 ms for 636 new rows, measured alone)
-            app = f"(SELECT app.* FROM {view.app} app SEMI JOIN d ON {match})"
-        else:
-            app = view.app
-        inserted = self.x(f"""INSERT INTO {view.app} ({app_cols_sql(view)})
-            WITH d AS MATERIALIZED (SELECT * FROM {rows})
-            SELECT {cols_sql(view, 'd')} FROM d ANTI JOIN {app} app ON {match}""")
+        inserted = self.x(app_append_sql(view, rows, self._one_derivation(view), non_null))
         self.counts(view.name).inserted += inserted
+
+    # -- a point INSERT's views, in its own statement ------------------------------------------------
+    def appends(self, rel: Relation, derived: list[str], tuples: str) -> list[tuple[str, str, list]] | None:
+        """The statements that maintain the relations ``derived`` from ``rel`` (in dependency order)
+        after an INSERT of rows new to the site, to run inside that INSERT's one statement
+        (:func:`crr.point.new_rows_insert_sql`) as data-modifying CTEs, each ``(name, sql)``; their
+        ``?`` parameters are this batch's sequence number, one each. ``tuples`` names the CTE that
+        returns the added tuples (``id, cols...``), each new to the site, with a visible entry of
+        length 1 written before. None when some relation needs more than they do, decided on the
+        catalog and the site's width cache alone (no statement runs): the caller then takes the
+        general path (the point write, then :meth:`apply`).
+
+        They are the steps :meth:`apply` takes for such a batch, with each step's Arrow result
+        read by the next statement instead of by Python: per view, a view of replicated tables
+        only, whose lineages are disjoint (so :meth:`_fresh_product` holds: every candidate is new
+        to ``$m``, no anti-join) and whose plan has one delta query for ``rel``, with monomials of
+        one length that its ``$m`` already has alone (no absorption, no catalog change):
+
+        * its new monomials, by one INSERT ... RETURNING (:func:`monomials_insert_sql`);
+        * its new APP rows (:meth:`_insert_alive_new`): the batch only adds tuples
+          (:meth:`_only_new_monomials_change`: every written id is a tuple it added), so the
+          membership change is the alive new monomials' tuples the APP table lacks; a monomial is
+          alive when every id is visible: ``rel``'s ids are (their entries, written earlier in the
+          statement, are visible to the statements after it), and the others are looked up in
+          ``_crr.cl`` (:func:`alive_sql`) when the view reads another table.
+        """
+        self.new_base[rel.name] = tuples
+        self.fresh.add(rel.name)
+        parts: list[tuple[str, str, list]] = []
+        for n, name in enumerate(derived):
+            view = self.rels[name]
+            plan = view.plan
+            if (plan is None or view.colocated or view.aggregate is not None or not view.has_app
+                    or not all(self.rels[r].is_base for r in plan.inputs) or not self._disjoint_lineages(plan.inputs)):
+                return None
+            cand, linear, _ = self._candidates(view, {rel.name})
+            width = self._plan_width(view)
+            if (not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide)
+                    or self.widths.get(name) != width):
+                return None
+            added = f"_crr_added{n}"
+            parts.append((added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]))
+            if set(plan.inputs) == {rel.name}:  # every id is one the statement wrote, visible
+                present = f"SELECT vid, {cols_sql(view)} FROM {added}"
+            else:
+                present = alive_sql(view, added, self._visibility(view))
+            rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
+            parts.append((f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), []))
+        return parts
 
     def _patch_base(self, rel: Relation) -> None:
         """Patch a replicated table's APP rows after a merge: new visible tuples, and known tuples

@@ -190,7 +190,8 @@ def cl_insert_sql(rel: Relation, count: int) -> str:
     return f"INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) VALUES {', '.join([row] * count)}"
 
 
-def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> str:
+def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
+                        then: Sequence[tuple[str, str, list]] = ()) -> str:
     """``Statement.NEW_ROWS_INSERT``: an INSERT of ``count`` rows new to the site, written whole or
     not at all, in one statement: their causal-length entries (each of length 1 and visible),
     written only if the site has no entry of any of their key hashes (keyed) or ids (unkeyed), then
@@ -209,7 +210,13 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> s
     When ``_crr.cl`` may hold entries whose key hash went unchecked (``unchecked_entries``), an entry
     of one of the ids under any relation or key hash stops it too: the lookup then finds it and the
     write is refused (:func:`disagreeing_entries_sql`). Otherwise an id's stored entry has the same
-    relation and key hash as the row (an id is a hash of the relation and the values)."""
+    relation and key hash as the row (an id is a hash of the relation and the values).
+
+    ``then``: further writes, ``(name, sql, parameters)``, run after the APP rows as data-modifying CTEs of the
+    same statement: the maintenance of the relations that derive from the table
+    (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE ``tuples`` (the written tuples,
+    ``id`` and AUG columns) and their entries; their parameters follow the others. The statement
+    then returns the count of APP rows of the table it wrote, as without them."""
     params = ", ".join(["?::UHUGEINT"] * count)
     stored = f"rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN ({params})"
     if unchecked_entries:
@@ -224,9 +231,13 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool) -> s
         tuples = f"{_select_rows(tuple_, count)} WHERE EXISTS (SELECT 1 FROM entries)"
     names = ", ".join(c.name for c in rel.aug_columns)
     cols = ", ".join(quote_ident(c) for c in rel.column_names)
-    return (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "
-            f"tuples AS (INSERT INTO {rel.aug('t')} {tuples} RETURNING {names}) "
-            f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM tuples")
+    head = (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "
+            f"tuples AS (INSERT INTO {rel.aug('t')} {tuples} RETURNING {'id, ' if then else ''}{names}) ")
+    app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM tuples"
+    if not then:
+        return head + app
+    return (head + f", app AS ({app} RETURNING 1), " + ", ".join(f"{name} AS ({sql})" for name, sql, _ in then)
+            + " SELECT count(*) FROM app")
 
 
 def delete_sql(rel: Relation, statement: str, qualifier: str) -> str:
@@ -378,14 +389,16 @@ class PointWrite:
         return self.prepared.run(self.con, sql, [*params, seq])[0][0]
 
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
-                   unchecked_entries: bool) -> PointResult | None:
+                   unchecked_entries: bool, then: Sequence[tuple[str, str, list]] = ()) -> PointResult | None:
         """An INSERT of rows whose texts are ``given`` (:func:`param_texts`) as the one statement
         :data:`Statement.NEW_ROWS_INSERT`, or None, having written nothing, when some key (id) has
         an entry here or the table may hold tuples without entries: the caller then runs
-        :meth:`write`. Being one statement, it may run without a transaction of its own around it."""
+        :meth:`write`. Being one statement, it may run without a transaction of its own around it.
+        ``then``: the maintenance of the relations deriving from the table, run inside it (see
+        :func:`new_rows_insert_sql`)."""
         if rel.orphans or not given or len(given) > POINT_ROWS:
             return None
-        return self._insert_new(rel, self._added_rows(rel, given), clock, seq, unchecked_entries)
+        return self._insert_new(rel, self._added_rows(rel, given), clock, seq, unchecked_entries, then)
 
     @staticmethod
     def _added_rows(rel: Relation, found: list[tuple[str | None, ...]]) -> list[_Row]:
@@ -452,7 +465,7 @@ class PointWrite:
         return PointResult(count, changed, flips, added, fresh)
 
     def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
-                    unchecked_entries: bool) -> PointResult | None:
+                    unchecked_entries: bool, then: Sequence[tuple[str, str, list]] = ()) -> PointResult | None:
         """An INSERT whose keys (ids, unkeyed) the site has no entry of: one statement writes their
         entries, tuples and APP rows (:func:`new_rows_insert_sql`, in place of the lookup and three
         INSERTs). Every tuple of the table has an entry (``rel.orphans`` is false), so none of them
@@ -468,10 +481,10 @@ class PointWrite:
         ids = [r.id for r in distinct]
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: a repeated key was refused above
         params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)] + probe + \
-            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)]
+            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + [p for _, _, values in then for p in values]
         # prepared: binding it costs more than running it (the rows and lookup statements gain
         # nothing from it, measured)
-        written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries), params)[0][0]
+        written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0][0]
         if not written:
             return None
         return PointResult(len(news), True, [(i, True) for i in ids], [(r.id, r.values) for r in distinct], sorted(ids))

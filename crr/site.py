@@ -498,6 +498,18 @@ class Site:
                                          unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried)
 
         read_elsewhere = self._read_elsewhere(rel)
+        appends = self._appends(rel) if read_elsewhere and given is not None else None
+        if given is not None and (appends is not None or not read_elsewhere):
+            # rows new to the site, with the maintenance of the relations reading the table if any:
+            # one statement, no lookup, its own transaction (DuckDB commits it on its own)
+            self._check_open()
+            with _translated_errors():
+                point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
+                                               unchecked_entries=self._rels.unchecked_entries, then=appends or ())
+            if point is not None:
+                if point.changed:
+                    self._bump()
+                return [(point.count,)]
         if not read_elsewhere:
             # No other relation reads the table: the point path's one writing statement is its own
             # transaction (DuckDB commits it on its own), and the reads before it see the state it
@@ -509,19 +521,13 @@ class Site:
                 if count:
                     self._bump()
                 return [(count,)]
-            point = None
-            if given is not None:  # rows new to the site: one statement, no lookup
-                with _translated_errors():
-                    point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
-                                                   unchecked_entries=self._rels.unchecked_entries)
-            if point is None:
-                point = write(new_tried=given is not None)
+            point = write(new_tried=given is not None)
             if point is not None:
                 if point.changed:
                     self._bump()
                 return [(point.count,)]
         with self._transaction():
-            point = write() if read_elsewhere else None
+            point = write(new_tried=appends is not None) if read_elsewhere else None
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed:
                     self._maintain_point(rel, point)
@@ -553,6 +559,12 @@ class Site:
             self._apply(batch, changed=True)
         finally:
             self._slots.release(POINT_TABLE)
+
+    def _appends(self, rel: Relation) -> list[tuple[str, str, list]] | None:
+        """The maintenance of the relations that read ``rel`` after an INSERT of rows new to the site,
+        as writes that run inside the INSERT's one statement (:meth:`Maintainer.appends`), or None
+        when one of them needs the general path."""
+        return self._maintainer().appends(rel, self._rels.derived_from(rel.name), "tuples")
 
     def _read_elsewhere(self, rel: Relation) -> bool:
         """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
