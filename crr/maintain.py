@@ -192,6 +192,29 @@ def lost_derivations_sql(view: Relation, flips: str, width: int) -> str:
     return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width)
 
 
+def membership_changes_sql(rel: Relation, dirty: str, visibility: str) -> str:
+    """SELECT text of the membership ``(cols..., keep)`` of the tuples whose vids ``dirty`` selects
+    (maybe repeated, read by a semi-join): ``keep`` when one of the tuple's monomials is alive, every
+    id visible in ``visibility`` (``id, vis``). ``in?`` of DESIGN 1.3, valued for those tuples only."""
+    values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
+    if rel.wide:  # a monomial is alive when all its ids are visible
+        alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
+                    FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
+                          SEMI JOIN {dirty} d ON d.vid = m.vid) u
+                    LEFT JOIN {visibility} c ON c.id = u.id GROUP BY u.vid, u.mid"""
+    else:  # one id per monomial: mid is that id
+        alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
+                    SEMI JOIN {dirty} d ON d.vid = m.vid LEFT JOIN {visibility} c ON c.id = m.mid"""
+    return f"""
+        SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
+
+
+def app_remove_sql(rel: Relation, rows: str) -> str:
+    """DELETE from the relation's APP table of the rows ``rows`` selects (AUG columns; matched on
+    every column, NULLs equal)."""
+    return f"DELETE FROM {rel.app} AS app USING ({rows}) AS d WHERE {app_match(rel, 'app', 'd')}"
+
+
 def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: bool) -> str:
     """INSERT of the candidate monomials ``source`` selects (``vid, mid, ids, cols...``) into ``rel``'s
     ``$m``, stamped with sequence number ``seq`` (a number, or ``?``), returning the rows it added;
@@ -267,8 +290,7 @@ def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql
         n = con.execute(f"INSERT INTO {rel.app} ({app_cols_sql(rel)}) SELECT {cols_sql(rel)} FROM ({changes_sql})").fetchall()
         return int(n[0][0]), 0
     if mode is AppPatch.DELETE:
-        n = con.execute(f"DELETE FROM {rel.app} AS app USING ({changes_sql}) AS d "
-                        f"WHERE {app_match(rel, 'app', 'd')}").fetchall()
+        n = con.execute(app_remove_sql(rel, changes_sql)).fetchall()
         return 0, int(n[0][0])
     return patch_app(con, rel, changes_sql)
 
@@ -357,6 +379,10 @@ class Maintainer:
         if self._temps and (force or size > 10_000):
             self.con.execute("; ".join(f"DROP TABLE IF EXISTS {temp_table(name)}" for name in self._temps))
         self._temps.clear()
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the Arrow results this batch put in slots (cleanup does it too)."""
         for view in self._registered:
             self.slots.release(view)
         self._registered.clear()
@@ -883,18 +909,7 @@ class Maintainer:
             sql = lost_derivations_sql(rel, self.flips, len(rel.plan.branches[0].occurrences))  # type: ignore[union-attr]
             self.counts(rel.name).deleted += apply_app_changes(self.con, rel, sql, AppPatch.DELETE)[1]
             return
-        d = f"({' UNION ALL '.join(dirty)})"  # the dirty tuples' vids, maybe repeated (read by a semi-join)
-        values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
-        if rel.wide:  # a monomial is alive when all its ids are visible
-            alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
-                        FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
-                              SEMI JOIN {d} d ON d.vid = m.vid) u
-                        LEFT JOIN {self._visibility(rel)} c ON c.id = u.id GROUP BY u.vid, u.mid"""
-        else:  # one id per monomial: mid is that id
-            alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
-                        SEMI JOIN {d} d ON d.vid = m.vid LEFT JOIN {self._visibility(rel)} c ON c.id = m.mid"""
-        changes = f"""
-            SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
+        changes = membership_changes_sql(rel, f"({' UNION ALL '.join(dirty)})", self._visibility(rel))
         if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
             rows = patch_members_returning(self.con, rel, changes)
             dele = sum(1 for s in rows.column("sign").to_pylist() if s < 0)
@@ -1159,6 +1174,37 @@ class Maintainer:
                 present = alive_sql(view, added, self._visibility(view))
             rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
             parts.append((f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), []))
+        return parts
+
+    def removals(self, rel: Relation, derived: list[str], grown: str) -> list[tuple[str, str, list]] | None:
+        """The statements that maintain the relations ``derived`` from ``rel`` after a DELETE, to run
+        inside its one statement (:func:`crr.point.delete_sql`) as data-modifying CTEs, each ``(name,
+        sql, parameters)``. ``grown`` names the CTE that returns the ids (``id``) of the entries the
+        DELETE grew to an even length (the present versions of the removed rows' keys), written
+        before them. None when a relation is not a view maintained here (a remote copy, a co-located
+        or aggregate view): the caller then takes the general path.
+
+        A DELETE only turns ids invisible: a view's tuple can only leave, and only a tuple with a
+        monomial holding such an id (its "dirty" tuples, :func:`holding_flipped_sql`). So per view,
+        one DELETE of its APP rows: for a view whose tuples have one derivation each
+        (:meth:`_only_derivations_lost`), the tuples of those monomials; otherwise the dirty tuples
+        none of whose monomials is alive any more (:func:`membership_changes_sql` over the
+        visibility the statement's own entry update left, which the statements after it see).
+        """
+        self.flips = grown
+        self.flipped_rels = {rel.name}
+        parts: list[tuple[str, str, list]] = []
+        for n, name in enumerate(derived):
+            view = self.rels[name]
+            plan = view.plan
+            if plan is None or view.colocated or view.aggregate is not None or not view.has_app:
+                return None
+            if self._one_derivation(view):
+                gone = lost_derivations_sql(view, grown, len(plan.branches[0].occurrences))
+            else:
+                changes = membership_changes_sql(view, f"({self._holding_flipped(view)})", self._visibility(view))
+                gone = f"SELECT {cols_sql(view)} FROM ({changes}) WHERE NOT keep"
+            parts.append((f"_crr_gone{n}", app_remove_sql(view, gone), []))
         return parts
 
     def _patch_base(self, rel: Relation) -> None:

@@ -58,6 +58,9 @@ from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_has
 from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
+# names of the CTEs of the one-statement writes that the maintenance run inside them reads
+NEW_TUPLES = "tuples"  # new_rows_insert_sql: the tuples written (id and AUG columns)
+GROWN_ENTRIES = "entries"  # delete_sql: the ids of the entries grown to an even length
 
 
 class Statement(Enum):
@@ -214,7 +217,7 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
 
     ``then``: further writes, ``(name, sql, parameters)``, run after the APP rows as data-modifying CTEs of the
     same statement: the maintenance of the relations that derive from the table
-    (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE ``tuples`` (the written tuples,
+    (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE :data:`NEW_TUPLES` (the written tuples,
     ``id`` and AUG columns) and their entries; their parameters follow the others. The statement
     then returns the count of APP rows of the table it wrote, as without them."""
     params = ", ".join(["?::UHUGEINT"] * count)
@@ -232,30 +235,37 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     names = ", ".join(c.name for c in rel.aug_columns)
     cols = ", ".join(quote_ident(c) for c in rel.column_names)
     head = (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "
-            f"tuples AS (INSERT INTO {rel.aug('t')} {tuples} RETURNING {'id, ' if then else ''}{names}) ")
-    app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM tuples"
+            f"{NEW_TUPLES} AS (INSERT INTO {rel.aug('t')} {tuples} RETURNING {'id, ' if then else ''}{names}) ")
+    app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM {NEW_TUPLES}"
     if not then:
         return head + app
     return (head + f", app AS ({app} RETURNING 1), " + ", ".join(f"{name} AS ({sql})" for name, sql, _ in then)
             + " SELECT count(*) FROM app")
 
 
-def delete_sql(rel: Relation, statement: str, qualifier: str) -> str:
-    """``Statement.DELETE``: a DELETE from a table no other relation here reads, as one statement
-    of any number of rows: ``statement`` (the application's DELETE, :attr:`crr.sql.dml.RowQueries.delete`)
+def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[tuple[str, str, list]] = ()) -> str:
+    """``Statement.DELETE``: a DELETE from a table as one statement of any number of rows:
+    ``statement`` (the application's DELETE, :attr:`crr.sql.dml.RowQueries.delete`)
     removes the APP rows and returns their key hashes (keyed) or ids (unkeyed), computed in SQL
     over the rows' columns (``qualifier``: the name they go by in it), and every present version of
     those keys (the tuples themselves), an entry of odd causal length, grows by one: invisible, as
     a local write's stamp is the largest, and stamped with the write's sequence number. That is the
     rule the lookup and :meth:`PointWrite._entries` apply row by row (DESIGN 1.2: a removed row
     deletes its key's present versions). Parameters: the statement's, then the sequence number.
-    Its one row is the number of APP rows it removed."""
+    Its one row is the number of APP rows it removed.
+
+    ``then``: further writes, ``(name, sql, parameters)``, run after them as data-modifying CTEs of
+    the same statement: the maintenance of the relations that read the table
+    (:meth:`crr.maintain.Maintainer.removals`), which reads the CTE :data:`GROWN_ENTRIES` (the ids
+    of the entries grown) and the visibility the update left; their parameters follow."""
     probe = (key_hash_sql(rel.name, rel.key_columns, quote_ident(qualifier))
              if rel.key else tuple_id_sql(rel.name, list(rel.columns), quote_ident(qualifier)))
+    grown = " RETURNING id" if then else ""
+    more = "".join(f", {name} AS ({sql})" for name, sql, _ in then)
     return (f"WITH gone AS ({statement} RETURNING {probe} AS probe), "
-            f"entries AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
+            f"{GROWN_ENTRIES} AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
             f"WHERE rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN (SELECT probe FROM gone) "
-            f"AND cl % 2 = 1) SELECT count(*) FROM gone")
+            f"AND cl % 2 = 1{grown}){more} SELECT count(*) FROM gone")
 
 
 def _probe_column(rel: Relation) -> str:
@@ -378,15 +388,17 @@ class PointWrite:
     def _run(self, sql: str, params: list | dict | None) -> list[tuple]:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
-    def delete(self, rel: Relation, statement: str, qualifier: str, params: list | None, seq: int) -> int:
-        """A DELETE from a table no other relation here reads, as the one statement
-        :data:`Statement.DELETE`; returns the rows removed. Prepared when the application's statement
-        has parameters (then its text repeats; one with its values written in may not, and would
-        only fill the cache) and their values allow."""
-        sql = delete_sql(rel, statement, qualifier)
+    def delete(self, rel: Relation, statement: str, qualifier: str, params: list | None, seq: int,
+               then: Sequence[tuple[str, str, list]] = ()) -> int:
+        """A DELETE as the one statement :data:`Statement.DELETE`, with the maintenance of the
+        relations that read the table, ``then`` (see :func:`delete_sql`); returns the rows removed.
+        Prepared when the application's statement has parameters (then its text repeats; one with
+        its values written in may not, and would only fill the cache) and their values allow."""
+        sql = delete_sql(rel, statement, qualifier, then)
+        values = [*(params or []), seq, *(p for _, _, more in then for p in more)]
         if not params:
-            return self._run(sql, [seq])[0][0]
-        return self.prepared.run(self.con, sql, [*params, seq])[0][0]
+            return self._run(sql, values)[0][0]
+        return self.prepared.run(self.con, sql, values)[0][0]
 
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
                    unchecked_entries: bool, then: Sequence[tuple[str, str, list]] = ()) -> PointResult | None:

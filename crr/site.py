@@ -25,9 +25,9 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.prepared import Prepared
-from crr.point import PointResult, PointWrite, param_texts
+from crr.point import GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, param_texts
 from crr.id_sets import ids_arrow
-from crr.maintain import Batch, BatchResult, Maintainer
+from crr.maintain import Batch, BatchResult, Maintainer, view_errors
 from crr.batch_rows import Rows, RowsKind
 from crr.causal import LocalEntries, relation_entries_delete_sql
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
@@ -420,9 +420,12 @@ class Site:
         """Fill a new view from the current AUG state of its inputs."""
         m = self._maintainer()
         try:
-            m.populate(view)
-        finally:
-            m.cleanup(force=True)
+            with view_errors(view.name):  # the query failing on the data held: refused by name
+                m.populate(view)
+        except BaseException:
+            m.release()  # the transaction rolls back, its temp tables with it
+            raise
+        m.cleanup(force=True)
         self._stage_marked(m)
         if m.result.changed:
             self._bump()
@@ -497,37 +500,41 @@ class Site:
                                          seq=self._seq + 1, given=given,
                                          unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried)
 
-        read_elsewhere = self._read_elsewhere(rel)
-        appends = self._appends(rel) if read_elsewhere and given is not None else None
-        if given is not None and (appends is not None or not read_elsewhere):
+        derived = self._rels.derived_from(rel.name)  # the relations reading the table
+        appends = self._maintainer().appends(rel, derived, NEW_TUPLES) if derived and given is not None else None
+        if given is not None and (appends is not None or not derived):
             # rows new to the site, with the maintenance of the relations reading the table if any:
             # one statement, no lookup, its own transaction (DuckDB commits it on its own)
             self._check_open()
-            with _translated_errors():
-                point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
-                                               unchecked_entries=self._rels.unchecked_entries, then=appends or ())
+            point = self._insert_new_rows(point_write, rel, given, appends or [])
             if point is not None:
                 if point.changed:
                     self._bump()
                 return [(point.count,)]
-        if not read_elsewhere:
+        if stmt.kind is DmlKind.DELETE and rq.delete is not None and not isinstance(params, dict):
+            removals = self._maintainer().removals(rel, derived, GROWN_ENTRIES) if derived else []
+            if removals is not None:
+                # the APP rows, the entries of their keys and the views' rows they held: one
+                # statement, any number of rows, its own transaction
+                self._check_open()
+                with _translated_errors():
+                    count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, self._seq + 1,
+                                               then=removals)
+                if count:
+                    self._bump()
+                return [(count,)]
+        if not derived:
             # No other relation reads the table: the point path's one writing statement is its own
             # transaction (DuckDB commits it on its own), and the reads before it see the state it
             # changes, as nothing else writes through this site's connection in between.
             self._check_open()
-            if stmt.kind is DmlKind.DELETE and rq.delete is not None and not isinstance(params, dict):
-                with _translated_errors():  # the APP rows and their entries: one statement, any number of rows
-                    count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, self._seq + 1)
-                if count:
-                    self._bump()
-                return [(count,)]
             point = write(new_tried=given is not None)
             if point is not None:
                 if point.changed:
                     self._bump()
                 return [(point.count,)]
         with self._transaction():
-            point = write(new_tried=appends is not None) if read_elsewhere else None
+            point = write(new_tried=appends is not None) if derived else None
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed:
                     self._maintain_point(rel, point)
@@ -560,16 +567,20 @@ class Site:
         finally:
             self._slots.release(POINT_TABLE)
 
-    def _appends(self, rel: Relation) -> list[tuple[str, str, list]] | None:
-        """The maintenance of the relations that read ``rel`` after an INSERT of rows new to the site,
-        as writes that run inside the INSERT's one statement (:meth:`Maintainer.appends`), or None
-        when one of them needs the general path."""
-        return self._maintainer().appends(rel, self._rels.derived_from(rel.name), "tuples")
-
-    def _read_elsewhere(self, rel: Relation) -> bool:
-        """Whether another relation here derives from ``rel`` (a view, or a remote relation whose
-        lineage holds it): only then does a point write to ``rel`` need the maintainer after it."""
-        return bool(self._rels.derived_from(rel.name))
+    def _insert_new_rows(self, point_write: PointWrite, rel: Relation, given: list[tuple[str | None, ...]],
+                         appends: list[tuple[str, str, list]]) -> PointResult | None:
+        """An INSERT of rows new to the site as one statement, with the maintenance ``appends`` of the
+        relations that read the table (:meth:`Maintainer.appends`); None when it wrote nothing (a key
+        has an entry here), or when a view's query failed on the rows: then the general path, which
+        names the view in its error, runs instead (the one statement wrote nothing)."""
+        with _translated_errors():
+            try:
+                return point_write.insert_new(rel, given, self._clock, self._seq + 1,
+                                              unchecked_entries=self._rels.unchecked_entries, then=appends)
+            except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
+                if not appends or "crr: " in str(e):  # not a view's query (crr's own checks say "crr: ")
+                    raise
+                return None
 
     def insert_many(self, table: str, rows: Any) -> int:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.

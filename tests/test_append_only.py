@@ -11,14 +11,13 @@ reaching the view through two inputs) still leaves each view equal to plain Duck
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import pyarrow as pa
 import pytest
 
 import crr
 from tests.conftest import app
-from tests.test_point import _count, _statements
+from tests.test_point import _statements, app_writes
 
 R = "(a INTEGER, b INTEGER, c INTEGER)"
 S = "(k INTEGER, c INTEGER)"
@@ -236,13 +235,8 @@ def writer():
 
 
 def written(site: crr.Site, sql: str, params: list | None = None) -> dict[str, list[str]]:
-    """Run a local write; per view, the first words of each write of the view's APP table among the
-    statements it ran, also where one is a part of a larger statement (a point INSERT's one
-    statement holds its views' writes as CTEs, crr.maintain.Maintainer.appends)."""
-    statements = [s for s in _count(site, sql, params or []) if not s.startswith("PREPARE ")]
-    return {view: [m.group(1) for s in statements
-                   for m in re.finditer(rf'(INSERT INTO|MERGE INTO|DELETE FROM|UPDATE) main\."{view}"', " ".join(s.split()))]
-            for view in VIEWS}
+    """Run a local write; per view, the first words of each write of the view's APP table."""
+    return app_writes(site, lambda: site.execute(sql, params), list(VIEWS))
 
 
 def test_a_local_insert_of_new_rows_appends_them_to_the_views(writer):

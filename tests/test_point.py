@@ -215,9 +215,26 @@ def _statements(site: crr.Site, action: Callable[[], Any]) -> list[str]:
 def _count(site: crr.Site, sql: str, params: list) -> list[str]:
     """The statements a write runs, an ``EXECUTE`` of a statement the site prepared (crr.prepared)
     shown as ``EXECUTE: <its SQL>``."""
-    ran = _statements(site, lambda: site.execute(sql, params))
+    return _expanded(site, _statements(site, lambda: site.execute(sql, params)))
+
+
+def _expanded(site: crr.Site, ran: list[str]) -> list[str]:
+    """``ran`` with each ``EXECUTE`` of a statement the site prepared shown as ``EXECUTE: <its SQL>``."""
     prepared = {name: text for text, name in site._prepared._names.items()}
     return [f"EXECUTE: {prepared[s.split()[1].split('(')[0]]}" if s.startswith("EXECUTE ") else s for s in ran]
+
+
+def app_writes(site: crr.Site, action: Callable[[], Any], relations: list[str]) -> dict[str, list[str]]:
+    """Run ``action``; per relation of ``relations``, the first words of each write of its APP table
+    (``INSERT INTO``, ``DELETE FROM``, ``MERGE INTO``, ``UPDATE``) among the statements it ran, also
+    where one is a part of a larger statement (a point write's one statement holds its views'
+    writes as CTEs), in order."""
+    ran = [" ".join(s.split()) for s in _expanded(site, _statements(site, action)) if not s.startswith("PREPARE ")]
+    out = {}
+    for relation in relations:
+        pattern = re.compile(rf'(INSERT INTO|MERGE INTO|DELETE FROM|UPDATE) main\."{re.escape(relation)}"')
+        out[relation] = [m.group(1) for s in ran for m in pattern.finditer(s)]
+    return out
 
 
 def test_a_point_write_updates_the_entry_it_looked_up_among_other_relations(tmp_path) -> None:
