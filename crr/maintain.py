@@ -1127,24 +1127,21 @@ class Maintainer:
         inserted = self.x(app_append_sql(view, rows, self._one_derivation(view), non_null))
         self.counts(view.name).inserted += inserted
 
-    # -- a point INSERT's views, in its own statement ------------------------------------------------
+    # -- a point write's maintenance, inside its own statement ------------------------------------
     def appends(self, rel: Relation, derived: list[str], tuples: str) -> list[tuple[str, str, list]] | None:
         """The statements that maintain the relations ``derived`` from ``rel`` (in dependency order)
         after an INSERT of rows new to the site, to run inside that INSERT's one statement
-        (:func:`crr.point.new_rows_insert_sql`) as data-modifying CTEs, each ``(name, sql)``; their
-        ``?`` parameters are this batch's sequence number, one each. ``tuples`` names the CTE that
-        returns the added tuples (``id, cols...``), each new to the site, with a visible entry of
-        length 1 written before. None when some relation needs more than they do, decided on the
-        catalog and the site's width cache alone (no statement runs): the caller then takes the
-        general path (the point write, then :meth:`apply`).
+        (:func:`crr.point.new_rows_insert_sql`) as data-modifying CTEs, each ``(name, sql,
+        parameters)``. ``tuples`` names the CTE that returns the added tuples (``id, cols...``),
+        each new to the site, with a visible entry of length 1 written before. None when a relation
+        needs more than they do (:meth:`_one_statement_views`): the caller then takes the general
+        path (the point write, then :meth:`apply`).
 
         They are the steps :meth:`apply` takes for such a batch, with each step's Arrow result
-        read by the next statement instead of by Python: per view, a view of replicated tables
-        only, whose lineages are disjoint (so :meth:`_fresh_product` holds: every candidate is new
-        to ``$m``, no anti-join) and whose plan has one delta query for ``rel``, with monomials of
-        one length that its ``$m`` already has alone (no absorption, no catalog change):
+        read by the next statement instead of by Python, per view:
 
-        * its new monomials, by one INSERT ... RETURNING (:func:`monomials_insert_sql`);
+        * its new monomials, by one INSERT ... RETURNING (:func:`monomials_insert_sql`), without
+          the anti-join with ``$m``, as the rows are new (:meth:`_fresh_product`);
         * its new APP rows (:meth:`_insert_alive_new`): the batch only adds tuples
           (:meth:`_only_new_monomials_change`: every written id is a tuple it added), so the
           membership change is the alive new monomials' tuples the APP table lacks; a monomial is
@@ -1152,10 +1149,76 @@ class Maintainer:
           statement, are visible to the statements after it), and the others are looked up in
           ``_crr.cl`` (:func:`alive_sql`) when the view reads another table.
         """
-        self.new_base[rel.name] = tuples
-        self.fresh.add(rel.name)
+        views = self._one_statement_views(rel, derived, tuples)
+        if views is None:
+            return None
+        return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+
+    def _append_parts(self, n: int, rel: Relation, view: Relation, cand: str) -> list[tuple[str, str, list]]:
+        """:meth:`appends`' statements of one view (the ``n``-th), ``cand`` its candidate monomials."""
+        added = f"_crr_added{n}"
+        assert view.plan is not None
+        if set(view.plan.inputs) == {rel.name}:  # every id is one the statement wrote, visible
+            present = f"SELECT vid, {cols_sql(view)} FROM {added}"
+        else:
+            present = alive_sql(view, added, self._visibility(view))
+        rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
+        return [(added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]),
+                (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), [])]
+
+    def rewrites(self, rel: Relation, derived: list[str], flips: str, added: str, fresh: bool,
+                 only_new: bool = False) -> list[tuple[str, str, list]] | None:
+        """The statements that maintain the relations ``derived`` from ``rel`` after any point write,
+        to run inside its one statement (:func:`crr.point.write_sql`), each ``(name, sql,
+        parameters)``: ``flips`` names the CTE of the ids whose visibility the write flipped
+        (``id``), ``added`` that of the rows it added (``id, cols...``; ``fresh``: all new to the
+        table), both written before. None as for :meth:`appends`. ``only_new``: the write only
+        added rows new to the table, each with a visible entry it wrote (every flip is one of them
+        turning visible): then the statements are :meth:`appends`'. Otherwise, per view, the steps
+        :meth:`apply` takes (:meth:`_run_view`, then :meth:`_refresh_derived`):
+
+        * its new monomials from the added rows (without the anti-join with ``$m`` when the rows
+          are ``fresh``);
+        * ``in?`` of the tuples of those monomials and of the monomials holding a flipped id
+          (:func:`membership_changes_sql`, computed once, over the state the writes before it
+          left), then the APP rows of those no longer alive deleted and those alive and missing
+          inserted: what the general path's MERGE does, as two statements, since DuckDB runs a
+          MERGE only as a statement of its own.
+        """
+        views = self._one_statement_views(rel, derived, added)
+        if views is None:
+            return None
+        if only_new:
+            return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+        self.flips = flips
+        self.flipped_rels = {rel.name}
         parts: list[tuple[str, str, list]] = []
-        for n, name in enumerate(derived):
+        for n, (view, cand) in enumerate(views):
+            new = f"_crr_added{n}"
+            changes = f"_crr_changes{n}"
+            parts.append((new, monomials_insert_sql(view, f"({cand})", "?", lacking_only=not fresh), [self.seq]))
+            dirty = f"(SELECT vid FROM {new} UNION ALL {self._holding_flipped(view)})"
+            parts.append((changes, membership_changes_sql(view, dirty, self._visibility(view)).strip(), []))
+            parts.append((f"_crr_gone{n}", app_remove_sql(view, f"SELECT {cols_sql(view)} FROM {changes} WHERE NOT keep"), []))
+            parts.append((f"_crr_came{n}", app_append_sql(view, f"(SELECT * FROM {changes} WHERE keep)", False, frozenset()), []))
+        return parts
+
+    def inside_writes(self, rel: Relation, derived: list[str]) -> bool:
+        """Whether the relations ``derived`` from ``rel`` can be maintained inside a point write's
+        one statement (:meth:`appends`, :meth:`rewrites`)."""
+        return self._one_statement_views(rel, derived, "_crr_delta") is not None
+
+    def _one_statement_views(self, rel: Relation, derived: list[str], delta: str) -> list[tuple[Relation, str]] | None:
+        """Each relation ``derived`` from ``rel`` with the SQL of its candidate monomials from
+        ``rel``'s new rows (``delta`` names them), when every one can be maintained inside a point
+        write's statement: decided on the catalog and the site's width cache alone (no statement
+        runs). That is a view of replicated tables only, whose lineages are disjoint (so each
+        candidate holds one of the new rows' ids, which no older monomial holds), whose plan has one
+        delta query for ``rel``, and whose monomials all have the one length its ``$m`` holds
+        already (no absorption, no catalog change); None otherwise."""
+        self.new_base[rel.name] = delta
+        out = []
+        for name in derived:
             view = self.rels[name]
             plan = view.plan
             if (plan is None or view.colocated or view.aggregate is not None or not view.has_app
@@ -1166,15 +1229,8 @@ class Maintainer:
             if (not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide)
                     or self.widths.get(name) != width):
                 return None
-            added = f"_crr_added{n}"
-            parts.append((added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]))
-            if set(plan.inputs) == {rel.name}:  # every id is one the statement wrote, visible
-                present = f"SELECT vid, {cols_sql(view)} FROM {added}"
-            else:
-                present = alive_sql(view, added, self._visibility(view))
-            rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
-            parts.append((f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), []))
-        return parts
+            out.append((view, cand))
+        return out
 
     def removals(self, rel: Relation, derived: list[str], grown: str) -> list[tuple[str, str, list]] | None:
         """The statements that maintain the relations ``derived`` from ``rel`` after a DELETE, to run

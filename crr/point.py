@@ -1,18 +1,21 @@
 """The point path: a small local write to a replicated table.
 
 Such a write changes the table's own state (its causal-length entries, its AUG tuples and its APP
-table; the relations that read the table are the caller's to maintain from the result), so it
-needs none of the batch pipeline's set-at-a-time machinery (:mod:`crr.writes`, :mod:`crr.maintain`):
+table), so it needs none of the batch pipeline's set-at-a-time machinery (:mod:`crr.writes`):
 one query reads the statement's rows, another what the site knows about them,
 Python decides the new causal lengths exactly as the batch path would (DESIGN 1.1/1.2), and one
-parameterized statement writes the result. No temp table, no catalog DDL.
+parameterized statement writes the result. No temp table, no catalog DDL. The relations that read
+the table are maintained either inside that one statement, by the statements the caller passes
+(``then``: :meth:`crr.maintain.Maintainer.appends`, :meth:`~crr.maintain.Maintainer.removals`,
+:meth:`~crr.maintain.Maintainer.rewrites`, when every such relation is a view those cover), or by
+the caller after it, from the result (the general path: the write and the maintainer in one
+transaction).
 
-Statements per write (:class:`Statement` names them, and a test counts them):
+Statements per write (:class:`Statement` names them, and tests count them, with and without views):
 
 ========================  ======================================================================
 INSERT of new rows        rows, new rows insert                                         (2)
-DELETE                    delete, from a table no other relation reads                  (1)
-DELETE (table read)       rows, lookup, write                                           (3)
+DELETE                    delete                                                        (1)
 UPDATE                    rows, lookup, write                                           (3)
 ========================  ======================================================================
 
@@ -41,7 +44,7 @@ before writing anything, and the caller takes the batch path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -58,9 +61,15 @@ from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_has
 from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
+# given a write's flips (id, visible now), added rows (id, values as text) and whether all of those
+# are new to the table, the statements that maintain the relations reading it (PointWrite.write)
+ThenWrites = Callable[[list[tuple[int, bool]], list[tuple[int, tuple[str | None, ...]]], bool],
+                      Sequence[tuple[str, str, list]]]
 # names of the CTEs of the one-statement writes that the maintenance run inside them reads
 NEW_TUPLES = "tuples"  # new_rows_insert_sql: the tuples written (id and AUG columns)
 GROWN_ENTRIES = "entries"  # delete_sql: the ids of the entries grown to an even length
+FLIPPED = "_crr_flipped"  # write_sql's then: the ids whose visibility the write flipped (flips_values_sql)
+ADDED = "_crr_written"  # write_sql's then: the rows the write added (added_values_sql)
 
 
 class Statement(Enum):
@@ -321,15 +330,42 @@ def app_update_sql(rel: Relation) -> str:
     return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
 
 
-def write_sql(parts: Sequence[str]) -> str:
+def write_sql(parts: Sequence[str], then: Sequence[tuple[str, str, list]] = ()) -> str:
     """``Statement.WRITE``: the :class:`Part` statements a write needs, run as one statement in the
     order given, with the effect of running them one after another: each but the last is a
     data-modifying CTE, which DuckDB (2.0 on) runs once, to completion and in order, each seeing
-    what the ones before it wrote. Parameters: each part's, in that order."""
+    what the ones before it wrote. Parameters: each part's, in that order.
+
+    ``then``: further statements ``(name, sql, parameters)`` after the parts, as CTEs of the same
+    statement (then every part is one): the maintenance of the relations that read the table
+    (:meth:`crr.maintain.Maintainer.rewrites`) and its inputs, :func:`flips_values_sql` and
+    :func:`added_values_sql`. A SELECT among them is computed once (``MATERIALIZED``), where it
+    stands: it sees the writes before it, not those after. Their parameters follow the parts'."""
     *first, last = parts
-    if not first:
+    if then:
+        first = list(parts)
+    elif not first:
         return last
-    return "WITH " + ", ".join(f"part{i} AS ({sql})" for i, sql in enumerate(first)) + " " + last
+    ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(first)]
+    ctes += [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
+    return "WITH " + ", ".join(ctes) + (" SELECT 1" if then else " " + last)
+
+
+def flips_values_sql(count: int) -> str:
+    """SELECT of ``count`` ids whose visibility a write flipped, ``(id, vis)``: parameters (id, vis)
+    per id; none: an empty SELECT."""
+    if not count:
+        return "SELECT NULL::UHUGEINT AS id, NULL::BOOLEAN AS vis WHERE false"
+    return f"SELECT * FROM (VALUES {', '.join(['(?::UHUGEINT, ?::BOOLEAN)'] * count)}) f(id, vis)"
+
+
+def added_values_sql(rel: Relation, count: int) -> str:
+    """SELECT of ``count`` rows a write added to ``rel``, ``(id, c0, c1, ...)``: parameters (id, values
+    as text...) per row; none: an empty SELECT."""
+    names = ", ".join(["id"] + [c.name for c in rel.aug_columns])
+    if not count:
+        return f"SELECT * FROM (SELECT NULL::UHUGEINT, {_typed_row(rel).replace('?', 'NULL')}) a({names}) WHERE false"
+    return f"SELECT * FROM (VALUES {', '.join([f'(?::UHUGEINT, {_typed_row(rel)})'] * count)}) a({names})"
 
 
 def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ...], ...] | None,
@@ -420,13 +456,16 @@ class PointWrite:
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
               clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None, *,
-              unchecked_entries: bool, new_tried: bool = False) -> PointResult | None:
+              unchecked_entries: bool, new_tried: bool = False, then: ThenWrites | None = None) -> PointResult | None:
         """Apply a write whose rows ``source`` yields (see :func:`rows_sql`) to the table's own state.
 
         ``given``: the rows' texts when the caller has them already (:func:`param_texts`); then
         ``source`` is not run. Returns what it did, or None, having written nothing, when the
         statement writes more than :data:`POINT_ROWS` rows. Relations deriving from the table are
-        the caller's to maintain from the result. ``unchecked_entries``: the site's
+        the caller's to maintain from the result, or ``then``'s: given the write's flips, added rows
+        and whether they are all new to the table (as :class:`PointResult` has them), it returns the
+        statements that maintain them, which run inside the write's one statement (:func:`write_sql`).
+        ``unchecked_entries``: the site's
         :attr:`crr.catalog.Catalog.unchecked_entries` (then an added row whose id has an entry of another
         relation or key hash is refused, by one statement more). ``new_tried``: :meth:`insert_new`
         was called for these rows and wrote nothing.
@@ -443,7 +482,7 @@ class PointWrite:
                 rows[(n, is_new)] = _text_row(rel, key_at, half, is_new)
         if not rows:
             return PointResult(0, False, [], [])
-        if new and not old and not rel.orphans and not new_tried:
+        if new and not old and not rel.orphans and not new_tried and then is None:
             inserted = self._insert_new(rel, list(rows.values()), clock, seq, unchecked_entries)
             if inserted is not None:
                 return inserted
@@ -470,10 +509,11 @@ class PointWrite:
         news = [r for r in rows.values() if r.new]
         count = len({r.id for r in olds}) if old and not new else len(found)
         entries = self._entries(rel, olds, news, clock)
-        changed = self._write(rel, entries, olds, news, seq)
         flips = [(e.id, e.vis) for e in entries.values() if e.vis != e.old_vis]
         added = list({r.id: (r.id, r.values) for r in news}.values())
         fresh = sorted({r.id for r in news if not r.stored})
+        more = then(flips, added, len(fresh) == len(added)) if then is not None and (entries or fresh) else ()
+        changed = self._write(rel, entries, olds, news, seq, more)
         return PointResult(count, changed, flips, added, fresh)
 
     def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
@@ -529,9 +569,9 @@ class PointWrite:
         return entries
 
     def _write(self, rel: Relation, entries: dict[int, _Entry], olds: list[_Row], news: list[_Row],
-               seq: int) -> bool:
-        """Write the entries, the new tuples and the APP changes (one :data:`Statement.WRITE`);
-        return whether anything changed."""
+               seq: int, then: Sequence[tuple[str, str, list]] = ()) -> bool:
+        """Write the entries, the new tuples and the APP changes (one :data:`Statement.WRITE`), and
+        run ``then`` inside it; return whether anything changed."""
         parts: list[tuple[str, list]] = []
         known = [e for e in entries.values() if e.known]
         fresh = [e for e in entries.values() if not e.known]
@@ -559,7 +599,8 @@ class PointWrite:
             if came:
                 parts.append((app_insert_sql(rel, len(came)), [v for r in came for v in r.values]))
         if parts:
-            self.prepared.run(self.con, write_sql([sql for sql, _ in parts]), [p for _, params in parts for p in params])
+            self.prepared.run(self.con, write_sql([sql for sql, _ in parts], then),
+                              [p for _, params in parts for p in params] + [p for _, _, values in then for p in values])
         return bool(entries or tuples)
 
 

@@ -25,7 +25,8 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.prepared import Prepared
-from crr.point import GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, param_texts
+from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
+                       added_values_sql, flips_values_sql, param_texts)
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer, view_errors
 from crr.batch_rows import Rows, RowsKind
@@ -63,6 +64,25 @@ def _translated_errors() -> Iterator[None]:
             if isinstance(e, src):
                 raise dst(str(e).strip()) from None
         raise CrrError(f"DuckDB error: {str(e).strip()}") from None
+
+
+class _ViewFailed(Exception):
+    """A view's query failed on a point write's rows inside the write's one statement, which wrote
+    nothing: the write goes to the general path, whose error names the view (not a CrrError: it never
+    leaves the site)."""
+
+
+@contextlib.contextmanager
+def _views_inside(active: bool) -> Iterator[None]:
+    """Turn a DuckDB error of a view's query (an overflow, a failed cast) into :class:`_ViewFailed`
+    when views are maintained inside the statement (``active``); crr's own checks (``crr: ``) and
+    other errors pass on."""
+    try:
+        yield
+    except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
+        if not active or "crr: " in str(e):
+            raise
+        raise _ViewFailed() from None
 
 
 POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
@@ -493,20 +513,29 @@ class Site:
         assert source is not None
         point_write = PointWrite(self._con, self._prepared)
 
-        def write(new_tried: bool = False) -> PointResult | None:
-            with _translated_errors():
+        def write(new_tried: bool = False, then: ThenWrites | None = None) -> PointResult | None:
+            with _translated_errors(), _views_inside(then is not None):
                 return point_write.write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                          new=stmt.kind is not DmlKind.DELETE, params=params, clock=self._clock,
                                          seq=self._seq + 1, given=given,
-                                         unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried)
+                                         unchecked_entries=self._rels.unchecked_entries, new_tried=new_tried,
+                                         then=then)
 
         derived = self._rels.derived_from(rel.name)  # the relations reading the table
+        new_tried = False  # whether the one statement of rows new to the site ran (and wrote nothing)
+        general = False  # whether a view failed inside a write's one statement: the general path names it
         appends = self._maintainer().appends(rel, derived, NEW_TUPLES) if derived and given is not None else None
         if given is not None and (appends is not None or not derived):
             # rows new to the site, with the maintenance of the relations reading the table if any:
             # one statement, no lookup, its own transaction (DuckDB commits it on its own)
             self._check_open()
-            point = self._insert_new_rows(point_write, rel, given, appends or [])
+            new_tried = True
+            try:
+                with _translated_errors(), _views_inside(bool(appends)):
+                    point = point_write.insert_new(rel, given, self._clock, self._seq + 1,
+                                                   unchecked_entries=self._rels.unchecked_entries, then=appends or ())
+            except _ViewFailed:
+                point, general = None, True  # nothing written
             if point is not None:
                 if point.changed:
                     self._bump()
@@ -523,18 +552,25 @@ class Site:
                 if count:
                     self._bump()
                 return [(count,)]
-        if not derived:
-            # No other relation reads the table: the point path's one writing statement is its own
-            # transaction (DuckDB commits it on its own), and the reads before it see the state it
-            # changes, as nothing else writes through this site's connection in between.
+        then = self._rewrites(rel, derived) if derived and not general else None
+        if not derived or then is not None:
+            # The point path's one writing statement (with the maintenance of the relations reading
+            # the table, ``then``) is its own transaction (DuckDB commits it on its own), and the
+            # reads before it see the state it changes, as nothing else writes through this site's
+            # connection in between.
             self._check_open()
-            point = write(new_tried=given is not None)
-            if point is not None:
-                if point.changed:
-                    self._bump()
-                return [(point.count,)]
+            try:
+                point = write(new_tried=new_tried, then=then)
+            except _ViewFailed:  # nothing written
+                general = True
+            else:
+                if point is not None:
+                    if point.changed:
+                        self._bump()
+                    return [(point.count,)]
+                derived = []  # more rows than the point path takes: the batch path below
         with self._transaction():
-            point = write(new_tried=appends is not None) if derived else None
+            point = write(new_tried=new_tried) if derived else None
             if point is not None:  # a small write (else it takes the batch path below)
                 if point.changed:
                     self._maintain_point(rel, point)
@@ -567,20 +603,24 @@ class Site:
         finally:
             self._slots.release(POINT_TABLE)
 
-    def _insert_new_rows(self, point_write: PointWrite, rel: Relation, given: list[tuple[str | None, ...]],
-                         appends: list[tuple[str, str, list]]) -> PointResult | None:
-        """An INSERT of rows new to the site as one statement, with the maintenance ``appends`` of the
-        relations that read the table (:meth:`Maintainer.appends`); None when it wrote nothing (a key
-        has an entry here), or when a view's query failed on the rows: then the general path, which
-        names the view in its error, runs instead (the one statement wrote nothing)."""
-        with _translated_errors():
-            try:
-                return point_write.insert_new(rel, given, self._clock, self._seq + 1,
-                                              unchecked_entries=self._rels.unchecked_entries, then=appends)
-            except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
-                if not appends or "crr: " in str(e):  # not a view's query (crr's own checks say "crr: ")
-                    raise
-                return None
+    def _rewrites(self, rel: Relation, derived: list[str]) -> ThenWrites | None:
+        """The maintenance of the relations ``derived`` from ``rel`` after a point write, as statements
+        that run inside the write's one statement (:meth:`Maintainer.rewrites`, given the write's
+        flips and added rows as they are known before it runs), or None when one of them needs the
+        general path."""
+        m = self._maintainer()
+        if not m.inside_writes(rel, derived):
+            return None
+
+        def then(flips: list[tuple[int, bool]], added: list[tuple[int, tuple[str | None, ...]]],
+                 fresh: bool) -> list[tuple[str, str, list]]:
+            only_new = fresh and {id_ for id_, _ in added} == {id_ for id_, vis in flips if vis} and all(v for _, v in flips)
+            views = m.rewrites(rel, derived, FLIPPED, ADDED, fresh, only_new)
+            assert views is not None  # decided by inside_writes
+            return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]),
+                    (ADDED, added_values_sql(rel, len(added)), [p for id_, values in added for p in (id_, *values)]),
+                    *views]
+        return then
 
     def insert_many(self, table: str, rows: Any) -> int:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.
