@@ -1211,8 +1211,9 @@ class Maintainer:
     def _one_statement_views(self, rel: Relation, derived: list[str], delta: str) -> list[tuple[Relation, str]] | None:
         """Each relation ``derived`` from ``rel`` with the SQL of its candidate monomials from
         ``rel``'s new rows (``delta`` names them), when every one can be maintained inside a point
-        write's statement: decided on the catalog and the site's width cache alone (no statement
-        runs). That is a view of replicated tables only, whose lineages are disjoint (so each
+        write's statement: decided on the catalog and the site's width cache (a view's lengths are
+        read once, by one statement, when the cache lacks them, as the general path would). That
+        is a view of replicated tables only, whose lineages are disjoint (so each
         candidate holds one of the new rows' ids, which no older monomial holds), whose plan has one
         delta query for ``rel``, and whose monomials all have the one length its ``$m`` holds
         already (no absorption, no catalog change); None otherwise."""
@@ -1226,8 +1227,14 @@ class Maintainer:
                 return None
             cand, linear, _ = self._candidates(view, {rel.name})
             width = self._plan_width(view)
-            if (not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide)
-                    or self.widths.get(name) != width):
+            if not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide):
+                return None
+            if name not in self.widths:  # read once after opening, as the general path would
+                stored = self._stored_widths(view)
+                if stored is None:
+                    return None  # no monomials yet: the general path records their lengths
+                self.widths[name] = stored
+            if self.widths[name] != width:
                 return None
             out.append((view, cand))
         return out
