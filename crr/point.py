@@ -248,8 +248,7 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM {NEW_TUPLES}"
     if not then:
         return head + app
-    return (head + f", app AS ({app} RETURNING 1), " + ", ".join(f"{name} AS ({sql})" for name, sql, _ in then)
-            + " SELECT count(*) FROM app")
+    return head + f", app AS ({app} RETURNING 1), " + ", ".join(_ctes(then)) + " SELECT count(*) FROM app"
 
 
 def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[tuple[str, str, list]] = ()) -> str:
@@ -270,7 +269,7 @@ def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[tup
     probe = (key_hash_sql(rel.name, rel.key_columns, quote_ident(qualifier))
              if rel.key else tuple_id_sql(rel.name, list(rel.columns), quote_ident(qualifier)))
     grown = " RETURNING id" if then else ""
-    more = "".join(f", {name} AS ({sql})" for name, sql, _ in then)
+    more = "".join(f", {cte}" for cte in _ctes(then))
     return (f"WITH gone AS ({statement} RETURNING {probe} AS probe), "
             f"{GROWN_ENTRIES} AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
             f"WHERE rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN (SELECT probe FROM gone) "
@@ -330,6 +329,13 @@ def app_update_sql(rel: Relation) -> str:
     return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
 
 
+def _ctes(then: Sequence[tuple[str, str, list]]) -> list[str]:
+    """The ``name AS (sql)`` of each of a statement's further CTEs (``then``, :func:`write_sql`); a
+    SELECT among them is computed once, where it stands (``MATERIALIZED``): it sees the writes before
+    it, not those after, and DuckDB sizes the joins that read it by its rows."""
+    return [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
+
+
 def write_sql(parts: Sequence[str], then: Sequence[tuple[str, str, list]] = ()) -> str:
     """``Statement.WRITE``: the :class:`Part` statements a write needs, run as one statement in the
     order given, with the effect of running them one after another: each but the last is a
@@ -339,15 +345,14 @@ def write_sql(parts: Sequence[str], then: Sequence[tuple[str, str, list]] = ()) 
     ``then``: further statements ``(name, sql, parameters)`` after the parts, as CTEs of the same
     statement (then every part is one): the maintenance of the relations that read the table
     (:meth:`crr.maintain.Maintainer.rewrites`) and its inputs, :func:`flips_values_sql` and
-    :func:`added_values_sql`. A SELECT among them is computed once (``MATERIALIZED``), where it
-    stands: it sees the writes before it, not those after. Their parameters follow the parts'."""
+    :func:`added_values_sql`; a SELECT among them is computed once, where it stands (:func:`_ctes`).
+    Their parameters follow the parts'."""
     *first, last = parts
     if then:
         first = list(parts)
     elif not first:
         return last
-    ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(first)]
-    ctes += [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
+    ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(first)] + _ctes(then)
     return "WITH " + ", ".join(ctes) + (" SELECT 1" if then else " " + last)
 
 
