@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -60,6 +61,9 @@ from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_s
                         takes_first_insert, takes_later_update, tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
+
+if TYPE_CHECKING:  # crr.point imports crr.writes, which imports this module
+    from crr.point import CteWrite
 
 # the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
 # (longer ones, or unknown lengths, are unnested: see holding_flipped_sql)
@@ -192,49 +196,42 @@ def lost_derivations_sql(view: Relation, flips: str, width: int) -> str:
     return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width)
 
 
-def membership_changes_sql(rel: Relation, dirty: str, visibility: str) -> str:
-    """SELECT text of the membership ``(cols..., keep)`` of the tuples whose vids ``dirty`` selects
-    (maybe repeated, read by a semi-join): ``keep`` when one of the tuple's monomials is alive, every
-    id visible in ``visibility`` (``id, vis``). ``in?`` of DESIGN 1.3, valued for those tuples only."""
+def membership_changes_sql(rel: Relation, held: str, visibility: str) -> str:
+    """SELECT text of the membership ``(cols..., keep)`` of the tuples whose monomials ``held`` lists
+    (a FROM item naming them ``m``: ``vid, mid, ids, cols...``, :func:`dirty_monomials`): ``keep``
+    when one of the tuple's monomials is alive, every id visible in ``visibility`` (``id, vis``).
+    ``in?`` of DESIGN 1.3, valued for those tuples only."""
     values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
     if rel.wide:  # a monomial is alive when all its ids are visible
         alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
-                    FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {rel.aug('m')} m
-                          SEMI JOIN {dirty} d ON d.vid = m.vid) u
+                    FROM (SELECT m.vid, m.mid, {cols_sql(rel, 'm')}, unnest(m.ids) AS id FROM {held}) u
                     LEFT JOIN {visibility} c ON c.id = u.id GROUP BY u.vid, u.mid"""
     else:  # one id per monomial: mid is that id
-        alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m
-                    SEMI JOIN {dirty} d ON d.vid = m.vid LEFT JOIN {visibility} c ON c.id = m.mid"""
+        alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {held}
+                    LEFT JOIN {visibility} c ON c.id = m.mid"""
     return f"""
         SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
 
 
+def dirty_monomials(rel: Relation, dirty: str) -> str:
+    """FROM item (``m``) of ``rel``'s monomials of the tuples whose vids ``dirty`` selects (maybe
+    repeated, read by a semi-join)."""
+    return f"{rel.aug('m')} m SEMI JOIN {dirty} d ON d.vid = m.vid"
+
+
 def held_sql(rel: Relation, dirty: str) -> str:
-    """SELECT of the monomials ``(vid, mid, ids, cols...)`` of the tuples whose vids ``dirty`` selects."""
-    return f"SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 'm')} FROM {rel.aug('m')} m SEMI JOIN {dirty} d ON d.vid = m.vid"
+    """SELECT of the monomials ``(vid, mid, ids, cols...)`` of the tuples whose vids ``dirty`` selects,
+    for a statement to compute once (a ``MATERIALIZED`` CTE: DuckDB sizes the joins that read it)."""
+    return f"SELECT m.vid, m.mid, m.ids, {cols_sql(rel, 'm')} FROM {dirty_monomials(rel, dirty)}"
 
 
-def held_membership_sql(rel: Relation, held: str, visibility: str) -> str:
-    """:func:`membership_changes_sql` of the tuples whose monomials the CTE ``held`` lists
-    (:func:`held_sql`, computed once), with the visibility cut down to their ids first
-    (:func:`_needed`). For a statement whose dirty tuples come from its own CTEs: DuckDB cannot size
-    those, and joined the monomials with every entry, building its hash table from the entries
-    (1M entries: 7-11 ms a view, against about 1 ms to scan them)."""
-    values = ", ".join(f"any_value({c.name}) AS {c.name}" for c in rel.aug_columns)
-    vis = _needed(visibility, f"SELECT {'unnest(ids)' if rel.wide else 'mid'} AS id FROM {held}")
-    if rel.wide:  # a monomial is alive when all its ids are visible
-        alive = f"""SELECT u.vid, bool_and(coalesce(c.vis, false)) AS ok, {values}
-                    FROM (SELECT vid, mid, {cols_sql(rel)}, unnest(ids) AS id FROM {held}) u
-                    LEFT JOIN {vis} c ON c.id = u.id GROUP BY u.vid, u.mid"""
-    else:  # one id per monomial: mid is that id
-        alive = f"""SELECT m.vid, coalesce(c.vis, false) AS ok, {cols_sql(rel, 'm')} FROM {held} m
-                    LEFT JOIN {vis} c ON c.id = m.mid"""
-    return f"SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"
-
-
-def _needed(visibility: str, ids: str) -> str:
-    """FROM text of the rows of ``visibility`` (``id, vis``) whose id ``ids`` selects: a semi-join,
-    whose hash table DuckDB builds from ``ids``, so the entries are only scanned."""
+def narrowed_visibility(visibility: str, monomials: str, wide: bool = True) -> str:
+    """FROM text of the rows of ``visibility`` (``id, vis``) of the ids the monomials ``monomials``
+    selects hold (``mid`` alone when not ``wide``): a semi-join, whose hash table DuckDB builds from
+    those ids, so the entries are only scanned. For a statement whose monomials come from its own
+    CTEs: DuckDB cannot size those, and joined them with every entry, building its hash table from
+    the entries (1M entries: 7-11 ms a view, against about 1 ms to scan them)."""
+    ids = f"SELECT {'unnest(ids)' if wide else 'mid'} AS id FROM {monomials}"
     return f"(SELECT c.id, c.vis FROM {visibility} c SEMI JOIN ({ids}) need ON need.id = c.id)"
 
 
@@ -255,14 +252,11 @@ def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: boo
             RETURNING vid, mid, ids, {cols_sql(rel)}"""
 
 
-def alive_sql(view: Relation, monomials: str, visibility: str, narrowed: bool = False) -> str:
+def alive_sql(view: Relation, monomials: str, visibility: str) -> str:
     """SELECT text of the tuples ``(vid, cols...)`` of the monomials ``monomials`` selects (``vid, mid,
     ids, cols...``) that are alive: every id visible in ``visibility`` (``id, vis``); a tuple appears
-    once per alive monomial. ``narrowed``: with the visibility cut down to their ids first, as
-    :func:`held_membership_sql` does."""
+    once per alive monomial."""
     values = ", ".join(f"any_value(n.{c.name}) AS {c.name}" for c in view.aug_columns)
-    if narrowed:
-        visibility = _needed(visibility, f"SELECT unnest(ids) AS id FROM {monomials}")
     return f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
                                             FROM {monomials}) n
                LEFT JOIN {visibility} c ON c.id = n.id
@@ -327,14 +321,21 @@ def apply_app_changes(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql
     return patch_app(con, rel, changes_sql)
 
 
+def view_query_failed(error: BaseException) -> bool:
+    """Whether a DuckDB error is a view's query failing on the data (an overflow, a failed cast), not
+    one of crr's own checks (``error('crr: ...')``)."""
+    return (isinstance(error, (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException))
+            and "crr: " not in str(error))
+
+
 @contextmanager
 def view_errors(view: str) -> Iterator[None]:
-    """A view's query failing on the batch's data (an overflow, a failed cast) is a
-    :class:`~crr.errors.SqlError` naming the view; crr's own checks (``error('crr: ...')``) pass on."""
+    """A view's query failing on the batch's data (:func:`view_query_failed`) is a
+    :class:`~crr.errors.SqlError` naming the view; other errors pass on."""
     try:
         yield
-    except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
-        if "crr: " in str(e):
+    except duckdb.Error as e:
+        if not view_query_failed(e):
             raise
         raise SqlError(f"view {view} cannot be maintained: its query fails on the changed data "
                        f"({str(e).strip()}); nothing was changed") from None
@@ -941,7 +942,7 @@ class Maintainer:
             sql = lost_derivations_sql(rel, self.flips, len(rel.plan.branches[0].occurrences))  # type: ignore[union-attr]
             self.counts(rel.name).deleted += apply_app_changes(self.con, rel, sql, AppPatch.DELETE)[1]
             return
-        changes = membership_changes_sql(rel, f"({' UNION ALL '.join(dirty)})", self._visibility(rel))
+        changes = membership_changes_sql(rel, dirty_monomials(rel, f"({' UNION ALL '.join(dirty)})"), self._visibility(rel))
         if rel.aggregate is not None:  # the core's rows changed: maintain the aggregate from them
             rows = patch_members_returning(self.con, rel, changes)
             dele = sum(1 for s in rows.column("sign").to_pylist() if s < 0)
@@ -1160,13 +1161,13 @@ class Maintainer:
         self.counts(view.name).inserted += inserted
 
     # -- a point write's maintenance, inside its own statement ------------------------------------
-    def appends(self, rel: Relation, derived: list[str], tuples: str) -> list[tuple[str, str, list]] | None:
+    def appends(self, rel: Relation, derived: list[str], tuples: str) -> list[CteWrite] | None:
         """The statements that maintain the relations ``derived`` from ``rel`` (in dependency order)
         after an INSERT of rows new to the site, to run inside that INSERT's one statement
         (:func:`crr.point.new_rows_insert_sql`) as data-modifying CTEs, each ``(name, sql,
         parameters)``. ``tuples`` names the CTE that returns the added tuples (``id, cols...``),
         each new to the site, with a visible entry of length 1 written before. None when a relation
-        needs more than they do (:meth:`_one_statement_views`): the caller then takes the general
+        needs more than they do (:meth:`one_statement_views`): the caller then takes the general
         path (the point write, then :meth:`apply`).
 
         They are the steps :meth:`apply` takes for such a batch, with each step's Arrow result
@@ -1181,33 +1182,33 @@ class Maintainer:
           statement, are visible to the statements after it), and the others are looked up in
           ``_crr.cl`` (:func:`alive_sql`) when the view reads another table.
         """
-        views = self._one_statement_views(rel, derived, tuples)
+        views = self.one_statement_views(rel, derived, tuples)
         if views is None:
             return None
         return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
 
-    def _append_parts(self, n: int, rel: Relation, view: Relation, cand: str) -> list[tuple[str, str, list]]:
+    def _append_parts(self, n: int, rel: Relation, view: Relation, cand: str) -> list[CteWrite]:
         """:meth:`appends`' statements of one view (the ``n``-th), ``cand`` its candidate monomials."""
         added = f"_crr_added{n}"
         assert view.plan is not None
         if set(view.plan.inputs) == {rel.name}:  # every id is one the statement wrote, visible
             present = f"SELECT vid, {cols_sql(view)} FROM {added}"
         else:
-            present = alive_sql(view, added, self._visibility(view), narrowed=True)
+            present = alive_sql(view, added, narrowed_visibility(self._visibility(view), added))
         rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         return [(added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]),
                 (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), [])]
 
-    def rewrites(self, rel: Relation, derived: list[str], flips: str, added: str, fresh: bool,
-                 only_new: bool = False) -> list[tuple[str, str, list]] | None:
-        """The statements that maintain the relations ``derived`` from ``rel`` after any point write,
-        to run inside its one statement (:func:`crr.point.write_sql`), each ``(name, sql,
-        parameters)``: ``flips`` names the CTE of the ids whose visibility the write flipped
-        (``id``), ``added`` that of the rows it added (``id, cols...``; ``fresh``: all new to the
-        table), both written before. None as for :meth:`appends`. ``only_new``: the write only
-        added rows new to the table, each with a visible entry it wrote (every flip is one of them
-        turning visible): then the statements are :meth:`appends`'. Otherwise, per view, the steps
-        :meth:`apply` takes (:meth:`_run_view`, then :meth:`_refresh_derived`):
+    def rewrites(self, rel: Relation, views: list[tuple[Relation, str]], flips: str, fresh: bool,
+                 only_new: bool) -> list[CteWrite]:
+        """The statements that maintain the ``views`` of ``rel`` (:meth:`one_statement_views`, given
+        the CTE of the rows the write added, ``id, cols...``; ``fresh``: all new to the table) after
+        any point write, to run inside its one statement (:func:`crr.point.write_sql`), each ``(name,
+        sql, parameters)``: ``flips`` names the CTE of the ids whose visibility the write flipped
+        (``id``), written before. ``only_new``: the write only added rows new to the table, each
+        with a visible entry it wrote (every flip is one of them turning visible): then the
+        statements are :meth:`appends`'. Otherwise, per view, the steps :meth:`apply` takes
+        (:meth:`_run_view`, then :meth:`_refresh_derived`):
 
         * its new monomials from the added rows (without the anti-join with ``$m`` when the rows
           are ``fresh``);
@@ -1217,31 +1218,28 @@ class Maintainer:
           inserted: what the general path's MERGE does, as two statements, since DuckDB runs a
           MERGE only as a statement of its own.
         """
-        views = self._one_statement_views(rel, derived, added)
-        if views is None:
-            return None
         if only_new:
             return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
         self.flips = flips
         self.flipped_rels = {rel.name}
-        parts: list[tuple[str, str, list]] = []
+        parts: list[CteWrite] = []
         for n, (view, cand) in enumerate(views):
             new = f"_crr_added{n}"
             changes = f"_crr_changes{n}"
             parts.append((new, monomials_insert_sql(view, f"({cand})", "?", lacking_only=not fresh), [self.seq]))
             dirty = f"(SELECT vid FROM {new} UNION ALL {self._holding_flipped(view)})"
             parts.append((f"_crr_held{n}", held_sql(view, dirty), []))
-            parts.append((changes, held_membership_sql(view, f"_crr_held{n}", self._visibility(view)), []))
+            parts.append((changes, self._held_membership(view, f"_crr_held{n}"), []))
             parts.append((f"_crr_gone{n}", app_remove_sql(view, f"SELECT {cols_sql(view)} FROM {changes} WHERE NOT keep"), []))
             parts.append((f"_crr_came{n}", app_append_sql(view, f"(SELECT * FROM {changes} WHERE keep)", False, frozenset()), []))
         return parts
 
-    def inside_writes(self, rel: Relation, derived: list[str]) -> bool:
-        """Whether the relations ``derived`` from ``rel`` can be maintained inside a point write's
-        one statement (:meth:`appends`, :meth:`rewrites`)."""
-        return self._one_statement_views(rel, derived, "_crr_delta") is not None
+    def _held_membership(self, view: Relation, held: str) -> str:
+        """:func:`membership_changes_sql` of the tuples whose monomials the CTE ``held`` lists
+        (:func:`held_sql`), over the visibility of their ids alone (:func:`narrowed_visibility`)."""
+        return membership_changes_sql(view, f"{held} m", narrowed_visibility(self._visibility(view), held, view.wide))
 
-    def _one_statement_views(self, rel: Relation, derived: list[str], delta: str) -> list[tuple[Relation, str]] | None:
+    def one_statement_views(self, rel: Relation, derived: list[str], delta: str) -> list[tuple[Relation, str]] | None:
         """Each relation ``derived`` from ``rel`` with the SQL of its candidate monomials from
         ``rel``'s new rows (``delta`` names them), when every one can be maintained inside a point
         write's statement: decided on the catalog and the site's width cache (a view's lengths are
@@ -1272,7 +1270,7 @@ class Maintainer:
             out.append((view, cand))
         return out
 
-    def removals(self, rel: Relation, derived: list[str], grown: str) -> list[tuple[str, str, list]] | None:
+    def removals(self, rel: Relation, derived: list[str], grown: str) -> list[CteWrite] | None:
         """The statements that maintain the relations ``derived`` from ``rel`` after a DELETE, to run
         inside its one statement (:func:`crr.point.delete_sql`) as data-modifying CTEs, each ``(name,
         sql, parameters)``. ``grown`` names the CTE that returns the ids (``id``) of the entries the
@@ -1289,7 +1287,7 @@ class Maintainer:
         """
         self.flips = grown
         self.flipped_rels = {rel.name}
-        parts: list[tuple[str, str, list]] = []
+        parts: list[CteWrite] = []
         for n, name in enumerate(derived):
             view = self.rels[name]
             plan = view.plan
@@ -1299,7 +1297,7 @@ class Maintainer:
                 gone = lost_derivations_sql(view, grown, len(plan.branches[0].occurrences))
             else:
                 parts.append((f"_crr_held{n}", held_sql(view, f"({self._holding_flipped(view)})"), []))
-                changes = held_membership_sql(view, f"_crr_held{n}", self._visibility(view))
+                changes = self._held_membership(view, f"_crr_held{n}")
                 gone = f"SELECT {cols_sql(view)} FROM ({changes}) WHERE NOT keep"
             parts.append((f"_crr_gone{n}", app_remove_sql(view, gone), []))
         return parts

@@ -61,10 +61,13 @@ from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_has
 from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
+# a further statement of a one-statement write, run as a CTE after the write's own: (name, SQL,
+# parameters), the maintenance of the relations reading the table (crr.maintain.Maintainer.appends,
+# removals, rewrites) and its inputs
+CteWrite = tuple[str, str, list]
 # given a write's flips (id, visible now), added rows (id, values as text) and whether all of those
 # are new to the table, the statements that maintain the relations reading it (PointWrite.write)
-ThenWrites = Callable[[list[tuple[int, bool]], list[tuple[int, tuple[str | None, ...]]], bool],
-                      Sequence[tuple[str, str, list]]]
+ThenWrites = Callable[[list[tuple[int, bool]], list[tuple[int, tuple[str | None, ...]]], bool], Sequence[CteWrite]]
 # names of the CTEs of the one-statement writes that the maintenance run inside them reads
 NEW_TUPLES = "tuples"  # new_rows_insert_sql: the tuples written (id and AUG columns)
 GROWN_ENTRIES = "entries"  # delete_sql: the ids of the entries grown to an even length
@@ -78,7 +81,7 @@ class Statement(Enum):
     ROWS = "rows"  # the written rows' values, as text
     LOOKUP = "lookup"  # the site's causal-length entries of their keys (or ids), and which it stores
     NEW_ROWS_INSERT = "new rows insert"  # an INSERT's entries, tuples and APP rows, unless some key (id) has an entry here
-    DELETE = "delete"  # a DELETE's APP rows and the entries of their keys (ids), from a table no other relation reads
+    DELETE = "delete"  # a DELETE's APP rows, the entries of their keys (ids), and the views' rows they held
     WRITE = "write"  # the entries, tuples and APP rows a write changes (its parts: :class:`Part`)
     DISAGREEING_ENTRIES = "disagreeing entries"  # entries of added ids under another relation or key
 
@@ -203,7 +206,7 @@ def cl_insert_sql(rel: Relation, count: int) -> str:
 
 
 def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
-                        then: Sequence[tuple[str, str, list]] = ()) -> str:
+                        then: Sequence[CteWrite] = ()) -> str:
     """``Statement.NEW_ROWS_INSERT``: an INSERT of ``count`` rows new to the site, written whole or
     not at all, in one statement: their causal-length entries (each of length 1 and visible),
     written only if the site has no entry of any of their key hashes (keyed) or ids (unkeyed), then
@@ -251,7 +254,7 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     return head + f", app AS ({app} RETURNING 1), " + ", ".join(_ctes(then)) + " SELECT count(*) FROM app"
 
 
-def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[tuple[str, str, list]] = ()) -> str:
+def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[CteWrite] = ()) -> str:
     """``Statement.DELETE``: a DELETE from a table as one statement of any number of rows:
     ``statement`` (the application's DELETE, :attr:`crr.sql.dml.RowQueries.delete`)
     removes the APP rows and returns their key hashes (keyed) or ids (unkeyed), computed in SQL
@@ -329,14 +332,19 @@ def app_update_sql(rel: Relation) -> str:
     return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
 
 
-def _ctes(then: Sequence[tuple[str, str, list]]) -> list[str]:
+def _ctes(then: Sequence[CteWrite]) -> list[str]:
     """The ``name AS (sql)`` of each of a statement's further CTEs (``then``, :func:`write_sql`); a
     SELECT among them is computed once, where it stands (``MATERIALIZED``): it sees the writes before
     it, not those after, and DuckDB sizes the joins that read it by its rows."""
     return [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
 
 
-def write_sql(parts: Sequence[str], then: Sequence[tuple[str, str, list]] = ()) -> str:
+def _cte_values(then: Sequence[CteWrite]) -> list:
+    """The parameters of a statement's further CTEs, in order."""
+    return [value for _, _, values in then for value in values]
+
+
+def write_sql(parts: Sequence[str], then: Sequence[CteWrite] = ()) -> str:
     """``Statement.WRITE``: the :class:`Part` statements a write needs, run as one statement in the
     order given, with the effect of running them one after another: each but the last is a
     data-modifying CTE, which DuckDB (2.0 on) runs once, to completion and in order, each seeing
@@ -347,13 +355,13 @@ def write_sql(parts: Sequence[str], then: Sequence[tuple[str, str, list]] = ()) 
     (:meth:`crr.maintain.Maintainer.rewrites`) and its inputs, :func:`flips_values_sql` and
     :func:`added_values_sql`; a SELECT among them is computed once, where it stands (:func:`_ctes`).
     Their parameters follow the parts'."""
-    *first, last = parts
     if then:
-        first = list(parts)
-    elif not first:
+        ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(parts)] + _ctes(then)
+        return "WITH " + ", ".join(ctes) + " SELECT 1"
+    *first, last = parts
+    if not first:
         return last
-    ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(first)] + _ctes(then)
-    return "WITH " + ", ".join(ctes) + (" SELECT 1" if then else " " + last)
+    return "WITH " + ", ".join(f"part{i} AS ({sql})" for i, sql in enumerate(first)) + " " + last
 
 
 def flips_values_sql(count: int) -> str:
@@ -430,19 +438,19 @@ class PointWrite:
         return (self.con.execute(sql, params) if params else self.con.execute(sql)).fetchall()
 
     def delete(self, rel: Relation, statement: str, qualifier: str, params: list | None, seq: int,
-               then: Sequence[tuple[str, str, list]] = ()) -> int:
+               then: Sequence[CteWrite] = ()) -> int:
         """A DELETE as the one statement :data:`Statement.DELETE`, with the maintenance of the
         relations that read the table, ``then`` (see :func:`delete_sql`); returns the rows removed.
         Prepared when the application's statement has parameters (then its text repeats; one with
         its values written in may not, and would only fill the cache) and their values allow."""
         sql = delete_sql(rel, statement, qualifier, then)
-        values = [*(params or []), seq, *(p for _, _, more in then for p in more)]
+        values = [*(params or []), seq, *_cte_values(then)]
         if not params:
             return self._run(sql, values)[0][0]
         return self.prepared.run(self.con, sql, values)[0][0]
 
     def insert_new(self, rel: Relation, given: list[tuple[str | None, ...]], clock: HybridClock, seq: int, *,
-                   unchecked_entries: bool, then: Sequence[tuple[str, str, list]] = ()) -> PointResult | None:
+                   unchecked_entries: bool, then: Sequence[CteWrite] = ()) -> PointResult | None:
         """An INSERT of rows whose texts are ``given`` (:func:`param_texts`) as the one statement
         :data:`Statement.NEW_ROWS_INSERT`, or None, having written nothing, when some key (id) has
         an entry here or the table may hold tuples without entries: the caller then runs
@@ -522,7 +530,7 @@ class PointWrite:
         return PointResult(count, changed, flips, added, fresh)
 
     def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
-                    unchecked_entries: bool, then: Sequence[tuple[str, str, list]] = ()) -> PointResult | None:
+                    unchecked_entries: bool, then: Sequence[CteWrite] = ()) -> PointResult | None:
         """An INSERT whose keys (ids, unkeyed) the site has no entry of: one statement writes their
         entries, tuples and APP rows (:func:`new_rows_insert_sql`, in place of the lookup and three
         INSERTs). Every tuple of the table has an entry (``rel.orphans`` is false), so none of them
@@ -538,7 +546,7 @@ class PointWrite:
         ids = [r.id for r in distinct]
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: a repeated key was refused above
         params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)] + probe + \
-            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + [p for _, _, values in then for p in values]
+            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + _cte_values(then)
         # prepared: binding it costs more than running it (the rows and lookup statements gain
         # nothing from it, measured)
         written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0][0]
@@ -574,7 +582,7 @@ class PointWrite:
         return entries
 
     def _write(self, rel: Relation, entries: dict[int, _Entry], olds: list[_Row], news: list[_Row],
-               seq: int, then: Sequence[tuple[str, str, list]] = ()) -> bool:
+               seq: int, then: Sequence[CteWrite] = ()) -> bool:
         """Write the entries, the new tuples and the APP changes (one :data:`Statement.WRITE`), and
         run ``then`` inside it; return whether anything changed."""
         parts: list[tuple[str, list]] = []
@@ -605,7 +613,7 @@ class PointWrite:
                 parts.append((app_insert_sql(rel, len(came)), [v for r in came for v in r.values]))
         if parts:
             self.prepared.run(self.con, write_sql([sql for sql, _ in parts], then),
-                              [p for _, params in parts for p in params] + [p for _, _, values in then for p in values])
+                              [p for _, params in parts for p in params] + _cte_values(then))
         return bool(entries or tuples)
 
 

@@ -25,10 +25,10 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.prepared import Prepared
-from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
+from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, CteWrite, PointResult, PointWrite, ThenWrites,
                        added_values_sql, flips_values_sql, param_texts)
 from crr.id_sets import ids_arrow
-from crr.maintain import Batch, BatchResult, Maintainer, view_errors
+from crr.maintain import Batch, BatchResult, Maintainer, view_errors, view_query_failed
 from crr.batch_rows import Rows, RowsKind
 from crr.causal import LocalEntries, relation_entries_delete_sql
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
@@ -74,13 +74,12 @@ class _ViewFailed(Exception):
 
 @contextlib.contextmanager
 def _views_inside(active: bool) -> Iterator[None]:
-    """Turn a DuckDB error of a view's query (an overflow, a failed cast) into :class:`_ViewFailed`
-    when views are maintained inside the statement (``active``); crr's own checks (``crr: ``) and
-    other errors pass on."""
+    """Turn a view's query failing (:func:`crr.maintain.view_query_failed`) into :class:`_ViewFailed`
+    when views are maintained inside the statement (``active``); other errors pass on."""
     try:
         yield
-    except (duckdb.OutOfRangeException, duckdb.ConversionException, duckdb.InvalidInputException) as e:
-        if not active or "crr: " in str(e):
+    except duckdb.Error as e:
+        if not (active and view_query_failed(e)):
             raise
         raise _ViewFailed() from None
 
@@ -609,17 +608,16 @@ class Site:
         flips and added rows as they are known before it runs), or None when one of them needs the
         general path."""
         m = self._maintainer()
-        if not m.inside_writes(rel, derived):
+        views = m.one_statement_views(rel, derived, ADDED)
+        if views is None:
             return None
 
         def then(flips: list[tuple[int, bool]], added: list[tuple[int, tuple[str | None, ...]]],
-                 fresh: bool) -> list[tuple[str, str, list]]:
+                 fresh: bool) -> list[CteWrite]:
             only_new = fresh and {id_ for id_, _ in added} == {id_ for id_, vis in flips if vis} and all(v for _, v in flips)
-            views = m.rewrites(rel, derived, FLIPPED, ADDED, fresh, only_new)
-            assert views is not None  # decided by inside_writes
             return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]),
                     (ADDED, added_values_sql(rel, len(added)), [p for id_, values in added for p in (id_, *values)]),
-                    *views]
+                    *m.rewrites(rel, views, FLIPPED, fresh, only_new)]
         return then
 
     def insert_many(self, table: str, rows: Any) -> int:

@@ -209,7 +209,7 @@ def test_updates_in_one_statement_leave_the_state_the_general_path_leaves(monkey
         if sql.startswith("UPDATE t"):  # the rows, the lookup, and one statement writing everything
             assert len(ran) == 3 and all(f'main."{name}"' in ran[-1] for name in VIEWS), ran
         with monkeypatch.context() as patch:
-            patch.setattr(maintain.Maintainer, "inside_writes", lambda self, rel, derived: False)
+            patch.setattr(maintain.Maintainer, "one_statement_views", lambda self, rel, derived, delta: None)
             patch.setattr(maintain.Maintainer, "appends", lambda self, rel, derived, tuples: None)
             patch.setattr(maintain.Maintainer, "removals", lambda self, rel, derived, grown: None)
             general.execute(sql, params)
@@ -263,7 +263,7 @@ def test_random_writes_in_one_statement_match_the_general_path_and_the_query(ops
         for site, inside in ((fused, True), (general, False)):
             with pytest.MonkeyPatch.context() as patch:
                 if not inside:
-                    patch.setattr(maintain.Maintainer, "inside_writes", lambda self, rel, derived: False)
+                    patch.setattr(maintain.Maintainer, "one_statement_views", lambda self, rel, derived, delta: None)
                     patch.setattr(maintain.Maintainer, "appends", lambda self, rel, derived, tuples: None)
                     patch.setattr(maintain.Maintainer, "removals", lambda self, rel, derived, grown: None)
                 try:
