@@ -521,9 +521,10 @@ class Site:
                                          then=then)
 
         derived = self._rels.derived_from(rel.name)  # the relations reading the table
+        m = self._maintainer() if derived else None  # builds their statements for this write
         new_tried = False  # whether the one statement of rows new to the site ran (and wrote nothing)
         general = False  # whether a view failed inside a write's one statement: the general path names it
-        appends = self._maintainer().appends(rel, derived, NEW_TUPLES) if derived and given is not None else None
+        appends = m.appends(rel, derived, NEW_TUPLES) if m is not None and given is not None else None
         if given is not None and (appends is not None or not derived):
             # rows new to the site, with the maintenance of the relations reading the table if any:
             # one statement, no lookup, its own transaction (DuckDB commits it on its own)
@@ -540,7 +541,7 @@ class Site:
                     self._bump()
                 return [(point.count,)]
         if stmt.kind is DmlKind.DELETE and rq.delete is not None and not isinstance(params, dict):
-            removals = self._maintainer().removals(rel, derived, GROWN_ENTRIES) if derived else []
+            removals = m.removals(rel, derived, GROWN_ENTRIES) if m is not None else []
             if removals is not None:
                 # the APP rows, the entries of their keys and the views' rows they held: one
                 # statement, any number of rows, its own transaction
@@ -551,7 +552,7 @@ class Site:
                 if count:
                     self._bump()
                 return [(count,)]
-        then = self._rewrites(rel, derived) if derived and not general else None
+        then = self._rewrites(m, rel, derived) if m is not None and not general else None
         if not derived or then is not None:
             # The point path's one writing statement (with the maintenance of the relations reading
             # the table, ``then``) is its own transaction (DuckDB commits it on its own), and the
@@ -602,12 +603,12 @@ class Site:
         finally:
             self._slots.release(POINT_TABLE)
 
-    def _rewrites(self, rel: Relation, derived: list[str]) -> ThenWrites | None:
+    @staticmethod
+    def _rewrites(m: Maintainer, rel: Relation, derived: list[str]) -> ThenWrites | None:
         """The maintenance of the relations ``derived`` from ``rel`` after a point write, as statements
-        that run inside the write's one statement (:meth:`Maintainer.rewrites`, given the write's
-        flips and added rows as they are known before it runs), or None when one of them needs the
-        general path."""
-        m = self._maintainer()
+        that run inside the write's one statement (``m``'s :meth:`Maintainer.rewrites`, given the
+        write's flips and added rows as they are known before it runs), or None when one of them
+        needs the general path."""
         views = m.one_statement_views(rel, derived, ADDED)
         if views is None:
             return None
