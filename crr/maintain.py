@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -383,6 +383,7 @@ class Maintainer:
         self._temps: list[str] = []
         self._registered: list[str] = []  # slots holding this batch's Arrow results (released by cleanup)
         self.batch: Batch | None = None
+        self.appended: list[str] = []  # the views appends() maintains, in the order of its statements
 
     # -- helpers -------------------------------------------------------------------------------
     def x(self, sql: str, params: list | None = None) -> int:
@@ -1185,7 +1186,21 @@ class Maintainer:
         views = self.one_statement_views(rel, derived, tuples)
         if views is None:
             return None
+        self.appended = [view.name for view, _ in views]
         return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+
+    def appended_result(self, rel: Relation, tuples: int, counts: Sequence[int]) -> BatchResult:
+        """What :meth:`appends`' statements did, as :meth:`apply` would report it, when the
+        statement running them added ``tuples`` rows new to the site to ``rel``; ``counts``: the
+        statement's counts (:func:`crr.point.new_rows_insert_sql`: the table's APP rows, then the rows
+        each statement of :meth:`appends` returned, in order, then any further ones)."""
+        self.result.cl_changed += tuples
+        self.counts(rel.name).new_tuples += tuples
+        self.counts(rel.name).inserted += counts[0]
+        for n, name in enumerate(self.appended):  # per view: its new monomials, then its APP rows
+            self.counts(name).new_monomials += counts[1 + 2 * n]
+            self.counts(name).inserted += counts[2 + 2 * n]
+        return self.result
 
     def _append_parts(self, n: int, rel: Relation, view: Relation, cand: str) -> list[CteWrite]:
         """:meth:`appends`' statements of one view (the ``n``-th), ``cand`` its candidate monomials."""
@@ -1197,7 +1212,7 @@ class Maintainer:
             present = alive_sql(view, added, narrowed_visibility(self._visibility(view), added))
         rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         return [(added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]),
-                (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()), [])]
+                (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()) + " RETURNING 1", [])]
 
     def rewrites(self, rel: Relation, views: list[tuple[Relation, str]], flips: str, fresh: bool,
                  only_new: bool) -> list[CteWrite]:

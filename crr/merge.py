@@ -45,6 +45,28 @@ CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIM
     SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated"""
 """Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
 
+
+def tracked_cursors_sql(count: int, written: str) -> str:
+    """:data:`CURSOR_UPSERT_SQL` of ``count`` relations as one INSERT ... RETURNING, to run as a CTE
+    of a merge's one statement (:mod:`crr.point_merge`): it records the cursors only when the CTE
+    ``written`` returned rows (the merge wrote). Parameters: (peer, relation, cursor) per relation."""
+    rows = ", ".join(["(?, ?, ?::BIGINT)"] * count)
+    return f"""INSERT INTO {SCHEMA}.cursors
+        SELECT peer, relation, cursor, now()::TIMESTAMP FROM (VALUES {rows}) v(peer, relation, cursor)
+        WHERE EXISTS (SELECT 1 FROM {written})
+        ON CONFLICT (peer, relation) DO UPDATE
+        SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated RETURNING 1"""
+
+
+ENTRY_COLUMNS = [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"), ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")]
+"""The columns (and DuckDB types) of a changeset's causal-length entries table."""
+
+
+def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
+    """The columns (and DuckDB types) of a changeset's tuples table of ``rel``: its id (``id`` for a
+    replicated table's, ``vid`` for a derived relation's) and its AUG columns."""
+    return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
+
 PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
 """A tracked stream's cursor: parameters (peer, relation)."""
 
@@ -218,7 +240,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
         as_id = "id" if rel.is_base else "vid"
-        expected = [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
+        expected = tuple_columns(rel, idcol)
         if rc.kind is ChangeKind.BASE:
             # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
             view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
@@ -259,8 +281,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         for name in catalog:
             interest |= catalog.lineage(name)
         # read straight from Arrow by the causal-length statements (checked there)
-        view = inputs.register("_crr_in_cl", cs.cl, [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"),
-                                                     ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")], "causal lengths")
+        view = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")
         # a co-located source's entries are merged into its view's table (crr.colocated), a replica's
         # into its own (crr.replica), the others into _crr.cl
         # (relations, key hashes to recompute, tables of ids kept in other homes) by home

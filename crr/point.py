@@ -230,8 +230,10 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     ``then``: further writes, ``(name, sql, parameters)``, run after the APP rows as data-modifying CTEs of the
     same statement: the maintenance of the relations that derive from the table
     (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE :data:`NEW_TUPLES` (the written tuples,
-    ``id`` and AUG columns) and their entries; their parameters follow the others. The statement
-    then returns the count of APP rows of the table it wrote, as without them."""
+    ``id`` and AUG columns) and their entries, and, for a merge, the tracked cursor
+    (:func:`crr.merge.tracked_cursors_sql`); their parameters follow the others. The statement
+    returns one row: the count of APP rows of the table it wrote, then the count of rows each
+    further write returned, in order."""
     params = ", ".join(["?::UHUGEINT"] * count)
     stored = f"rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN ({params})"
     if unchecked_entries:
@@ -251,7 +253,8 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM {NEW_TUPLES}"
     if not then:
         return head + app
-    return head + f", app AS ({app} RETURNING 1), " + ", ".join(_ctes(then)) + " SELECT count(*) FROM app"
+    counts = ", ".join(f"(SELECT count(*) FROM {name})" for name in ["app", *(name for name, _, _ in then)])
+    return head + f", app AS ({app} RETURNING 1), " + ", ".join(_ctes(then)) + f" SELECT {counts}"
 
 
 def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[CteWrite] = ()) -> str:
@@ -405,6 +408,22 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ..
 _NOT_SIMPLE = object()
 
 
+_SIMPLE_FAMILIES = (TypeFamily.STRING, TypeFamily.INTEGER, TypeFamily.BOOLEAN)
+
+
+def texts_writable(columns: Sequence[Column]) -> bool:
+    """Whether :func:`value_texts` may write the texts of values of ``columns`` (of the types it
+    takes; a value of another type, such as a date Python cannot hold, is never read into Python)."""
+    return all(type_family(col.type) in _SIMPLE_FAMILIES for col in columns)
+
+
+def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:
+    """DuckDB's texts of one row's values in ``columns`` (as :func:`param_texts` writes them), or None
+    when some value's text is not certainly DuckDB's (the types :func:`param_texts` takes)."""
+    texts = tuple(_param_text(col.type, value) for col, value in zip(columns, values))
+    return None if any(text is _NOT_SIMPLE for text in texts) else texts  # type: ignore[return-value]
+
+
 def _param_text(duckdb_type: str, value: object) -> object:
     """DuckDB's text of ``value`` cast to ``duckdb_type`` (:func:`crr.types.value_text_sql`), None
     for NULL, or ``_NOT_SIMPLE``."""
@@ -460,6 +479,19 @@ class PointWrite:
         if rel.orphans or not given or len(given) > POINT_ROWS:
             return None
         return self._insert_new(rel, self._added_rows(rel, given), clock, seq, unchecked_entries, then)
+
+    def insert_received(self, rel: Relation, given: list[tuple[str | None, ...]], stamps: list[int], seq: int, *,
+                        unchecked_entries: bool, then: Sequence[CteWrite] = ()) -> tuple[int, ...] | None:
+        """A merge's rows new to the site (:mod:`crr.point_merge`), whose texts are ``given``, each
+        with its entry of length 1 and its stamp (``stamps``), as the one statement
+        :data:`Statement.NEW_ROWS_INSERT`, with ``then`` inside it. Returns the statement's counts
+        (the APP rows written, then the rows each of ``then`` returned), or None, having written
+        nothing, when some key (id) has an entry here: the caller takes the general path. The
+        caller checked the rows (ids, key hashes, NOT NULL, one row per key, at most
+        :data:`POINT_ROWS`)."""
+        assert not rel.orphans and 0 < len(given) <= POINT_ROWS
+        counts = self._new_rows(rel, self._added_rows(rel, given), stamps, seq, unchecked_entries, then)
+        return counts if counts[0] else None
 
     @staticmethod
     def _added_rows(rel: Relation, found: list[tuple[str | None, ...]]) -> list[_Row]:
@@ -543,16 +575,22 @@ class PointWrite:
         if rel.key:
             _check_keys(rel, distinct, freed=set())
             stamp = clock.tick()
+        if not self._new_rows(rel, distinct, [stamp] * len(distinct), seq, unchecked_entries, then)[0]:
+            return None
         ids = [r.id for r in distinct]
-        probe = [r.kh for r in distinct] if rel.key else ids  # distinct: a repeated key was refused above
-        params = [p for r in distinct for p in (r.id, r.kh, stamp, seq)] + probe + \
+        return PointResult(len(news), True, [(i, True) for i in ids], [(r.id, r.values) for r in distinct], sorted(ids))
+
+    def _new_rows(self, rel: Relation, distinct: list[_Row], stamps: list[int], seq: int,
+                  unchecked_entries: bool, then: Sequence[CteWrite]) -> tuple[int, ...]:
+        """Run :data:`Statement.NEW_ROWS_INSERT` for rows of distinct ids and keys, each with its
+        entry's stamp; return its counts (the first is 0 when it wrote nothing)."""
+        ids = [r.id for r in distinct]
+        probe = [r.kh for r in distinct] if rel.key else ids  # distinct: the callers refused a repeated key
+        params = [p for r, stamp in zip(distinct, stamps) for p in (r.id, r.kh, stamp, seq)] + probe + \
             (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + _cte_values(then)
         # prepared: binding it costs more than running it (the rows and lookup statements gain
         # nothing from it, measured)
-        written = self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0][0]
-        if not written:
-            return None
-        return PointResult(len(news), True, [(i, True) for i in ids], [(r.id, r.values) for r in distinct], sorted(ids))
+        return self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0]
 
     def _entries(self, rel: Relation, olds: list[_Row], news: list[_Row], clock: HybridClock) -> dict[int, _Entry]:
         """The causal-length entries the write changes, checking NOT NULL and key rules first."""

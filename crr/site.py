@@ -20,7 +20,7 @@ from crr.catalog import (APP_TABLE_EXISTS_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, KI
                          NEXT_POSITION_SQL, RELATION_DELETE_SQL, SCHEMA, STORAGE_VERSION, STORED_UPDATE_SQL,
                          Catalog, Relation, SiteFlag, aug_ddl, describe_query_sql, drop_ddl, relation_from_row, relation_insert_sql, relation_row,
                          stand_in_drop_sql, stand_in_view_sql, flag_set_sql)
-from crr.changeset import Changeset, check_duckdb_values
+from crr.changeset import Changeset, RelationChanges, check_duckdb_values
 from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
@@ -34,8 +34,9 @@ from crr.causal import LocalEntries, relation_entries_delete_sql
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.counters import counters_update_sql, largest_seq_sql, largest_stamp_sql
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, PEER_CURSOR_SQL, PEER_CURSORS_SQL,
-                       MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived,
-                       plan_merge)
+                       MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations, max_stamp,
+                       newly_derived, plan_merge, tracked_cursors_sql)
+from crr.point_merge import received_new_rows
 from crr.types import Column, type_family, type_probe_sql
 from crr.upgrade import upgradable, upgrade
 from crr.writes import prepare_update, prepare_write
@@ -746,6 +747,9 @@ class Site:
         # bytes are validated as they are decoded; an object built in Python is validated here
         cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
         held, ignored = held_relations(self._rels, cs)
+        point = self._merge_new_rows(cs, held, track)
+        if point is not None:
+            return MergeResult(point, ignored)
         inputs = MergeInputs(self._con, self._slots, self._accepted)
         try:
             with self._transaction(), changeset_errors():
@@ -773,6 +777,35 @@ class Site:
         finally:
             inputs.close(drop_tables=len(cs) > 10_000)
         return MergeResult(result, ignored)
+
+    def _merge_new_rows(self, cs: Changeset, held: list[tuple[Relation, RelationChanges]], track: bool) -> BatchResult | None:
+        """Merge a changeset of a few rows new to the site as one statement, with the maintenance of
+        the views reading their table and the tracked cursors inside it (:mod:`crr.point_merge`); None,
+        having written nothing, when it is not one, or a view needs the general path."""
+        rows = received_new_rows(self._rels, held, cs, self._accepted, max_stamp(self.max_clock_skew))
+        if rows is None:
+            return None
+        rel = rows.relation
+        derived = self._rels.derived_from(rel.name)
+        m = self._maintainer()
+        appends = m.appends(rel, derived, NEW_TUPLES) if derived else []
+        if appends is None:
+            return None
+        cursors: list[CteWrite] = []
+        if track:
+            cursors.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
+                            [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor)]))
+        try:
+            with changeset_errors(), _views_inside(bool(appends)):
+                counts = PointWrite(self._con, self._prepared).insert_received(
+                    rel, rows.texts, rows.stamps, self._seq + 1, unchecked_entries=self._rels.unchecked_entries,
+                    then=[*appends, *cursors])
+        except _ViewFailed:
+            return None  # nothing written: the general path names the view
+        if counts is None:
+            return None
+        self._bump()
+        return m.appended_result(rel, len(rows.texts), counts)
 
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""

@@ -13,9 +13,10 @@ import pytest
 
 import crr
 from crr.catalog import STORAGE_VERSION
+from crr import site as site_module
 from tests.conftest import app, as_written_by
 from tests.test_crafted import edit, state
-from tests.test_point import _statements
+from tests.test_point import _expanded, _statements
 
 
 def flag(site: crr.Site) -> list[tuple]:
@@ -111,12 +112,18 @@ def test_a_new_entry_without_its_tuple_is_recorded_and_merging_goes_on():
     since = a.cursor
     a.execute("INSERT INTO t VALUES (2, 'y'), (3, 'z')")
     cs = a.changes(since=since)
-    inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
+    with pytest.MonkeyPatch.context() as patch:  # the batch path (not crr.point_merge's one statement)
+        patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
     assert len(inserts) == 1 and "c.id = d.id" in inserts[0]
+    since = a.cursor
+    a.execute("INSERT INTO t VALUES (4, 'w')")
+    ran = [s for s in _expanded(b, _statements(b, lambda: b.merge(a.changes(since=since)))) if not s.startswith("PREPARE ")]
+    assert len(ran) == 1 and "OR id IN (" in ran[0]  # a merge of a new row as one statement probes by id too
     since = a.cursor
     a.execute("INSERT INTO t VALUES (1, 'x')")  # k = 1 again: a new causal length of the stored id
     b.merge(a.changes(since=since))
-    assert app(b, "t") == app(a, "t") == [(1, "x"), (2, "y"), (3, "z")] and duplicate_ids(b) == []
+    assert app(b, "t") == app(a, "t") == [(1, "x"), (2, "y"), (3, "z"), (4, "w")] and duplicate_ids(b) == []
 
 
 def test_an_entry_relabelled_keyed_is_checked_only_by_a_keyed_tuple():

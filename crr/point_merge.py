@@ -1,0 +1,101 @@
+"""A small merge of rows new to the site, run as the one statement of a local INSERT of new rows.
+
+What a peer sends after an INSERT is a changeset of a few tuples of one replicated table, each with
+its causal-length entry of length 1: the sync service merges one such changeset per write, and a
+cloud site receives them by the thousand. The general path (:func:`crr.merge.plan_merge`, then
+:meth:`crr.maintain.Maintainer.apply`) runs one statement per step in a transaction: five for a
+table with a join view, plus BEGIN and COMMIT. Such a merge writes exactly what a local INSERT of
+the same rows new to the site writes (entries of length 1, tuples, APP rows, and the views'
+derivations and rows), except that each entry keeps the stamp it came with. So it runs that INSERT's
+one statement (:func:`crr.point.new_rows_insert_sql`, with the views inside it:
+:meth:`crr.maintain.Maintainer.appends`, and the tracked cursor:
+:func:`crr.merge.tracked_cursors_sql`), which writes nothing when the site has an entry of one of
+the keys (unkeyed: ids).
+
+:func:`received_new_rows` decides, in Python, whether a changeset is one: every check the general
+path makes in SQL on such rows (ids and key hashes recomputed from the values, lengths, stamps at
+most the allowed skew ahead, NOT NULL, one row per key, the Arrow columns those of a changeset the
+site already accepted) holds, or it returns None and the general path runs, which makes those checks
+itself and names what is wrong. The site then takes the general path as well when the statement
+wrote nothing, or when a view cannot be maintained inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from crr.catalog import Catalog, Relation
+from crr.changeset import ChangeKind, Changeset, RelationChanges
+from crr.colocated import homes_of
+from crr.id_sets import id_storage
+from crr.merge import ENTRY_COLUMNS, tuple_columns
+from crr.point import POINT_ROWS, texts_writable, value_texts
+from crr.types import key_hash_of_texts, tuple_id_of_texts
+
+
+@dataclass(frozen=True)
+class ReceivedRows:
+    """The rows of a merge that :func:`received_new_rows` vouched for."""
+
+    relation: Relation  # the replicated table they belong to
+    texts: list[tuple[str | None, ...]]  # DuckDB's text of each value, per row
+    stamps: list[int]  # the stamp of each row's entry (0 where the changeset has none)
+
+
+def received_new_rows(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
+                      accepted: dict[tuple, pa.Schema], max_stamp: int) -> ReceivedRows | None:
+    """The rows of ``cs`` when it brings one replicated table (``held``: the relations of ``cs``
+    this site merges) at most :data:`~crr.point.POINT_ROWS` tuples, each with its entry of length 1,
+    and nothing else (other replicated tables with no rows), every one passing the general path's
+    checks; None otherwise. ``accepted``:
+    the Arrow schemas the site's merges checked already (:class:`crr.merge.MergeInputs`), which the
+    changeset's tables must have; ``max_stamp``: :func:`crr.merge.max_stamp`."""
+    if cs.cl is None or not all(rel.is_base and rc.kind is ChangeKind.BASE and _accepted(accepted, tuple_columns(rel), rc.tuples)
+                                for rel, rc in held):
+        return None  # the general path checks the columns (and names a table it cannot read)
+    changed = [(rel, rc) for rel, rc in held if not rc.empty]  # the others bring nothing but their columns
+    if len(changed) != 1:
+        return None
+    rel, rc = changed[0]
+    if (rel.orphans or rel.name in homes_of(catalog) or not texts_writable(rel.columns) or not 0 < rc.tuples.num_rows <= POINT_ROWS
+            or cs.cl.num_rows != rc.tuples.num_rows or not _accepted(accepted, ENTRY_COLUMNS, cs.cl)):
+        return None
+    entries = {_id(i): (r, c, k, s) for i, r, c, k, s in zip(
+        id_storage(cs.cl.column("id")).to_pylist(), cs.cl.column("rel").to_pylist(), cs.cl.column("cl").to_pylist(),
+        id_storage(cs.cl.column("kh")).to_pylist(), id_storage(cs.cl.column("stamp")).to_pylist())}
+    if len(entries) != cs.cl.num_rows:
+        return None  # an id twice: the general path refuses it
+    # by position: the accepted schema has the expected columns in order (names match but for case)
+    values = [rc.tuples.column(1 + i).to_pylist() for i in range(len(rel.aug_columns))]
+    not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
+    key_at = [i for i, c in enumerate(rel.columns) if c.name in rel.key]
+    texts, stamps, keys = [], [], set()
+    for at, raw in enumerate(id_storage(rc.tuples.column("id")).to_pylist()):
+        row = value_texts(rel.columns, [column[at] for column in values])
+        entry = entries.pop(_id(raw), None)
+        if row is None or entry is None or any(row[i] is None for i in not_null):
+            return None
+        name, length, kh, stamp = entry
+        stamp = _id(stamp) if stamp is not None else 0
+        if name != rel.name or length != 1 or stamp > max_stamp or _id(raw) != tuple_id_of_texts(rel.name, rel.columns, row):
+            return None
+        expected_kh = key_hash_of_texts(rel.name, rel.key_columns, [row[i] for i in key_at]) if rel.key else None
+        if (_id(kh) if kh is not None else None) != expected_kh or expected_kh in keys:
+            return None
+        if expected_kh is not None:
+            keys.add(expected_kh)
+        texts.append(row)
+        stamps.append(stamp)
+    return ReceivedRows(rel, texts, stamps)
+
+
+def _accepted(accepted: dict[tuple, pa.Schema], expected: list[tuple[str, str]], table: pa.Table) -> bool:
+    """Whether ``table`` has the Arrow schema a merge of this site accepted for ``expected``."""
+    return table.schema.equals(accepted.get(tuple(expected), pa.schema([])))
+
+
+def _id(raw: bytes) -> int:
+    """A 128-bit id (or key hash, or stamp) from DuckDB's Arrow UHUGEINT (16 bytes, little-endian)."""
+    return int.from_bytes(raw, "little")

@@ -1,0 +1,209 @@
+"""A merge of a few rows new to the site (what a peer sends after an INSERT) runs as the one statement
+of a local INSERT of new rows, with the views reading the table and the tracked cursor inside it
+(crr.point_merge); every other merge, and every changeset whose rows Python cannot vouch for, takes
+the general path. Both must leave the same state, and refuse the same forged changesets."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import crr
+from crr import site as site_module
+from crr.changeset import Changeset
+from tests.conftest import app
+from tests.test_crafted import edit
+from tests.test_point import _expanded, _statements
+from tests.test_point_views import OPS, PROPERTY_VIEWS, VIEWS, _state
+
+TABLES = ["CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)",
+          "CREATE REPLICATED TABLE d (k INTEGER PRIMARY KEY, w VARCHAR NOT NULL)",
+          "CREATE REPLICATED TABLE u (x VARCHAR)"]  # unkeyed
+
+
+def _declared(site_id: str, views: dict[str, str] = VIEWS) -> crr.Site:
+    site = crr.Site(site_id=site_id)
+    for ddl in TABLES:
+        site.execute(ddl)
+    for name, sql in views.items():
+        site.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    return site
+
+
+def _pair(views: dict[str, str] = VIEWS, more_views: dict[str, str] | None = None) -> tuple[crr.Site, crr.Site]:
+    """A source and a receiver that merged its first rows (by the general path: the receiver then
+    knows the changesets' columns and the views' monomial lengths); ``more_views``: the receiver's
+    views, if other than the source's."""
+    src, dst = _declared("src", views), _declared("dst", more_views or views)
+    src.insert_many("d", [(k, f"w{k}") for k in range(1, 8)])
+    src.execute("DELETE FROM d WHERE k = 4")
+    src.execute("INSERT INTO t VALUES (100, 'warm')")
+    src.execute("INSERT INTO u VALUES ('warm')")
+    dst.merge(src.changes().to_bytes(), track=True)
+    return src, dst
+
+
+def _written(src: crr.Site, sql: str, params: list) -> Changeset:
+    """What ``src`` sends after one write: its changes since before it, as received from the wire."""
+    before = src.cursor
+    src.execute(sql, params)
+    return Changeset.from_bytes(src.changes(since=before).to_bytes())
+
+
+def _merge_statements(site: crr.Site, cs: Changeset, track: bool = True) -> list[str]:
+    return [s for s in _expanded(site, _statements(site, lambda: site.merge(cs, track=track)))
+            if not s.startswith("PREPARE ")]
+
+
+@contextmanager
+def _general_path() -> Iterator[None]:
+    """Every merge takes the general path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        yield
+
+
+def test_a_merge_of_new_rows_is_one_statement_that_writes_the_views_and_the_cursor():
+    src, dst = _pair()
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [1, "x"])
+    ran = _merge_statements(dst, cs)
+    assert len(ran) == 1, ran
+    for name in VIEWS:
+        assert f'INSERT INTO _crr."{name}$m"' in ran[0] and f'INSERT INTO main."{name}"' in ran[0], name
+    assert app(dst, "j") == [(1, "x", "w1")] and app(dst, "p") == [("warm",), ("x",)]
+    assert dst.peer_cursor("src", "t") == cs.cursor and dst.peer_cursor("src", "d") == cs.cursor
+    # the same changeset again: the statement writes nothing, and the general path finds nothing new
+    result = dst.merge(cs, track=True)
+    assert not result.changed and app(dst, "j") == [(1, "x", "w1")]
+
+
+def test_its_result_is_the_general_paths():
+    src, fused = _pair()
+    _, general = _pair()
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [2, "x"])
+    expected_rows = {"t": dict(inserted=1, deleted=0, new_tuples=1, new_monomials=0),
+                     "j": dict(inserted=1, deleted=0, new_tuples=0, new_monomials=1)}
+    got = fused.merge(cs, track=True)
+    with _general_path():
+        want = general.merge(cs, track=True)
+    assert {k: v for k, v in got.items() if any(v.values())} == {k: v for k, v in want.items() if any(v.values())}
+    assert got["t"] == expected_rows["t"] and got["j"] == expected_rows["j"]
+    assert (got.cl_changed, got.changed, got.ignored) == (want.cl_changed, want.changed, want.ignored) == (1, True, list(VIEWS))
+    assert _state(fused, VIEWS) == _state(general, VIEWS)
+    assert fused.cursor == general.cursor
+
+
+SAME_ENTRIES = "SELECT * FROM x"
+FORGERIES = {  # (the tuples of t, the entries, as edited; the general path's refusal)
+    "a tuple id that is not its values', nor its entry's": ("SELECT id + 1 AS id, c0, c1 FROM x", SAME_ENTRIES, "tuple ids of t"),
+    "a tuple id that is not its values', its entry's too": ("SELECT id + 1 AS id, c0, c1 FROM x",
+                                                           "SELECT id + 1 AS id, rel, cl, kh, stamp FROM x", "tuple ids of t"),
+    "a key hash that is not its key's": ("SELECT * FROM x", "SELECT id, rel, cl, kh + 1 AS kh, stamp FROM x", "key hash"),
+    "a stamp far ahead": ("SELECT * FROM x", "SELECT id, rel, cl, kh, 340282366920938463463374607431768211455::UHUGEINT AS stamp FROM x",
+                          "ahead of this site's clock"),
+    "no key hash for a keyed table": ("SELECT * FROM x", "SELECT id, rel, cl, NULL::UHUGEINT AS kh, stamp FROM x", "no key hash"),
+}
+
+
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_a_forged_small_changeset_is_refused_as_the_general_path_refuses_it(forgery: str):
+    """Each forged field would be written as it came if Python did not check it before the one
+    statement (which checks nothing): the general path refuses it, by name, and nothing changes."""
+    src, dst = _pair()
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [3, "x"])
+    tuples, entries, message = FORGERIES[forgery]
+    rc = next(rc for rc in cs.relations if rc.name == "t")
+    rc.tuples, cs.cl = edit(rc.tuples, tuples), edit(cs.cl, entries)
+    before, cursor = _state(dst, VIEWS), dst.peer_cursor("src", "t")
+    with pytest.raises(crr.ChangesetError, match=message):
+        dst.merge(cs.to_bytes(), track=True)
+    assert _state(dst, VIEWS) == before and dst.peer_cursor("src", "t") == cursor
+    dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [4, "y"]), track=True)  # the site goes on
+    assert app(dst, "p") == [("warm",), ("y",)]
+
+
+def test_a_null_in_a_not_null_column_is_refused_by_the_general_path():
+    src, dst = _pair()
+    cs = _written(src, "INSERT INTO d VALUES (?, ?)", [9, "w9"])
+    rc = next(rc for rc in cs.relations if rc.name == "d")
+    rc.tuples = edit(rc.tuples, "SELECT id, c0, NULL::VARCHAR AS c1 FROM x")
+    before = _state(dst, VIEWS)
+    with pytest.raises(crr.ChangesetError):
+        dst.merge(cs.to_bytes())
+    assert _state(dst, VIEWS) == before
+
+
+def test_the_cursor_is_not_recorded_when_the_statement_wrote_nothing(monkeypatch):
+    """A changeset of rows the site knows: the one statement writes nothing, its cursor CTE
+    included, and the general path runs; when that fails, the cursor stays where it was."""
+    src, dst = _pair()
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [5, "x"])
+    dst.merge(cs)  # not tracked: the row is known, the cursor not recorded
+    cursor = dst.peer_cursor("src", "t")
+    assert cursor < cs.cursor
+
+    def failing(*args, **kwargs):
+        raise crr.ChangesetError("injected failure of the general path")
+
+    monkeypatch.setattr(site_module, "plan_merge", failing)
+    with pytest.raises(crr.ChangesetError, match="injected"):
+        dst.merge(cs, track=True)
+    assert dst.peer_cursor("src", "t") == cursor
+
+
+def test_a_view_failing_on_the_merged_rows_is_named_and_nothing_is_written():
+    views = {**VIEWS, "big": "SELECT k * 2147483647 AS x FROM t WHERE k < 50"}  # INTEGER overflow for 1 < k < 50
+    src, dst = _pair(VIEWS, views)
+    dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [1, "x"]), track=True)
+    assert app(dst, "big") == [(2147483647,)]
+    before, cursor = _state(dst, views), dst.peer_cursor("src", "t")
+    with pytest.raises(crr.SqlError, match="view big"):
+        dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [6, "x"]), track=True)
+    assert _state(dst, views) == before and dst.peer_cursor("src", "t") == cursor
+
+
+def test_merges_the_one_statement_does_not_cover_take_the_general_path():
+    src, dst = _pair()
+    for sql, params in [("UPDATE t SET v = ? WHERE k = ?", ["z", 100]), ("DELETE FROM t WHERE k = ?", [100]),
+                        ("INSERT INTO t VALUES (?, ?)", [100, "again"])]:  # a re-insert: length 3
+        ran = _merge_statements(dst, _written(src, sql, params))
+        assert len(ran) > 1, (sql, ran)
+    before = src.cursor
+    src.insert_many("t", [(k, "m") for k in range(200, 280)])  # more rows than the point path takes
+    many = Changeset.from_bytes(src.changes(since=before).to_bytes())
+    assert len(_merge_statements(dst, many)) > 1
+    for name, sql in VIEWS.items():
+        assert app(dst, name) == app(src, name), name
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OPS, min_size=1, max_size=12))
+def test_random_writes_shipped_one_by_one_match_the_general_path_and_the_query(ops) -> None:
+    """Random single-row writes at a source (keyed and unkeyed tables, key changes, deletes of join
+    partners, re-inserts), each shipped as the bytes of its changes to a site merging small ones in
+    one statement and to one taking the general path: after every merge both hold the same APP
+    rows, derivations, entries and tracked cursors, report the same counts, and every view equals
+    its query evaluated by DuckDB."""
+    src, fused = _pair(PROPERTY_VIEWS)
+    _, general = _pair(PROPERTY_VIEWS)
+    for sql, params in ops:
+        before = src.cursor
+        try:
+            src.execute(sql, list(params))
+        except crr.CrrError:
+            continue
+        data = src.changes(since=before).to_bytes()
+        got = fused.merge(data, track=True)
+        with _general_path():
+            want = general.merge(data, track=True)
+        assert {k: v for k, v in got.items() if any(v.values())} == \
+            {k: v for k, v in want.items() if any(v.values())}, (sql, params)
+        assert _state(fused, PROPERTY_VIEWS) == _state(general, PROPERTY_VIEWS), (sql, params)
+        assert [c[:3] for c in fused.peer_cursors()] == [c[:3] for c in general.peer_cursors()]
+    for name, sql in PROPERTY_VIEWS.items():
+        assert app(fused, name) == fused.execute(f"SELECT DISTINCT * FROM ({sql}) ORDER BY ALL NULLS FIRST"), name
+        assert app(fused, name) == app(src, name), name
