@@ -291,7 +291,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         named = set(cs.cl.column("rel").unique().to_pylist())
         for home, (relations, sources, elsewhere) in wanted.items():
             if named & relations:
-                entries = _received(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
+                entries = received_entries(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
                                     frozenset(relations), sources, max_clock_skew, elsewhere)
                 if entries is not None:
                     by_home[home] = entries
@@ -333,7 +333,7 @@ def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
     return cl.filter(pc.is_in(cl.column("rel"), value_set=strings(sorted(relations))))
 
 
-def _received(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
+def received_entries(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
               key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float,
               elsewhere: tuple[str, ...]) -> ReceivedEntries | None:
     """The :class:`~crr.causal.ReceivedEntries` of the entries ``cl`` (read from ``table``) this site

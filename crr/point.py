@@ -249,6 +249,17 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     else:
         entries = f"{_select_rows(entry, count)} WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.cl WHERE {stored})"
         tuples = f"{_select_rows(tuple_, count)} WHERE EXISTS (SELECT 1 FROM entries)"
+    return new_rows_writes_sql(rel, entries, tuples, then)
+
+
+def new_rows_writes_sql(rel: Relation, entries: str, tuples: str, then: Sequence[CteWrite] = ()) -> str:
+    """The writes of rows new to the site, as one statement of data-modifying CTEs: their
+    causal-length entries (``entries``: a SELECT of ``id, rel, cl, kh, stamp, vis, seq``, which
+    selects nothing when the rows are not all new), their AUG tuples (``tuples``: a SELECT of ``id,
+    AUG columns..., seq``, selecting nothing when the CTE ``entries`` returned nothing), their APP
+    rows, and ``then`` (see :func:`new_rows_insert_sql`, which writes rows given as parameters, and
+    :func:`crr.point_merge.received_rows_insert_sql`, rows of a changeset). Returns the count of
+    the APP rows written (with ``then``: then the rows each of ``then`` returned)."""
     names = ", ".join(c.name for c in rel.aug_columns)
     cols = ", ".join(quote_ident(c) for c in rel.column_names)
     head = (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "

@@ -22,17 +22,21 @@ wrote nothing, or when a view cannot be maintained inside it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from crr.catalog import Catalog, Relation
+from crr.batch_rows import Rows, RowsKind, cols_sql, rows_sql
+from crr.catalog import SCHEMA, Catalog, Relation
+from crr.causal import ReceivedEntries, checked_entries_sql
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.colocated import homes_of
-from crr.id_sets import id_storage
+from crr.id_sets import all_in, id_storage
 from crr.merge import ENTRY_COLUMNS, tuple_columns
-from crr.point import POINT_ROWS, texts_writable, value_texts
-from crr.types import key_hash_of_texts, tuple_id_of_texts
+from crr.point import POINT_ROWS, CteWrite, new_rows_writes_sql, texts_writable, value_texts
+from crr.types import key_hash_of_texts, quote_str, tuple_id_of_texts
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,11 @@ class ReceivedRows:
     stamps: list[int]  # the stamp of each row's entry (0 where the changeset has none)
 
 
-def received_new_rows(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
-                      accepted: dict[tuple, pa.Schema], max_stamp: int) -> ReceivedRows | None:
-    """The rows of ``cs`` when it brings one replicated table (``held``: the relations of ``cs``
-    this site merges) at most :data:`~crr.point.POINT_ROWS` tuples, each with its entry of length 1,
-    and nothing else (other replicated tables with no rows), every one passing the general path's
-    checks; None otherwise. ``accepted``:
-    the Arrow schemas the site's merges checked already (:class:`crr.merge.MergeInputs`), which the
-    changeset's tables must have; ``max_stamp``: :func:`crr.merge.max_stamp`."""
+def _one_table(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
+               accepted: dict[tuple, pa.Schema], most: int) -> tuple[Relation, RelationChanges] | None:
+    """The replicated table ``cs`` brings tuples, when it brings one, at most ``most`` of them, one
+    entry for each and no other entry, in tables of the Arrow schemas the site's merges accepted
+    before; None otherwise."""
     if cs.cl is None or not all(rel.is_base and rc.kind is ChangeKind.BASE and _accepted(accepted, tuple_columns(rel), rc.tuples)
                                 for rel, rc in held):
         return None  # the general path checks the columns (and names a table it cannot read)
@@ -59,9 +60,25 @@ def received_new_rows(catalog: Catalog, held: list[tuple[Relation, RelationChang
     if len(changed) != 1:
         return None
     rel, rc = changed[0]
-    if (rel.orphans or rel.name in homes_of(catalog) or not texts_writable(rel.columns) or not 0 < rc.tuples.num_rows <= POINT_ROWS
+    if (rel.orphans or rel.name in homes_of(catalog) or not 0 < rc.tuples.num_rows <= most
             or cs.cl.num_rows != rc.tuples.num_rows or not _accepted(accepted, ENTRY_COLUMNS, cs.cl)):
         return None
+    return rel, rc
+
+
+def received_new_rows(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
+                      accepted: dict[tuple, pa.Schema], max_stamp: int) -> ReceivedRows | None:
+    """The rows of ``cs`` when it brings one replicated table (``held``: the relations of ``cs``
+    this site merges) at most :data:`~crr.point.POINT_ROWS` tuples, each with its entry of length 1,
+    and nothing else (other replicated tables with no rows), every one passing the general path's
+    checks; None otherwise. ``accepted``: the Arrow schemas the site's merges checked already
+    (:class:`crr.merge.MergeInputs`), which the changeset's tables must have; ``max_stamp``:
+    :func:`crr.merge.max_stamp`."""
+    found = _one_table(catalog, held, cs, accepted, POINT_ROWS)
+    if found is None or not texts_writable(found[0].columns):
+        return None
+    rel, rc = found
+    assert cs.cl is not None
     entries = {_id(i): (r, c, k, s) for i, r, c, k, s in zip(
         id_storage(cs.cl.column("id")).to_pylist(), cs.cl.column("rel").to_pylist(), cs.cl.column("cl").to_pylist(),
         id_storage(cs.cl.column("kh")).to_pylist(), id_storage(cs.cl.column("stamp")).to_pylist())}
@@ -99,3 +116,50 @@ def _accepted(accepted: dict[tuple, pa.Schema], expected: list[tuple[str, str]],
 def _id(raw: bytes) -> int:
     """A 128-bit id (or key hash, or stamp) from DuckDB's Arrow UHUGEINT (16 bytes, little-endian)."""
     return int.from_bytes(raw, "little")
+
+
+BATCH_ROWS = 20_000
+"""The most rows a merge writes as :func:`received_rows_insert_sql` (more take the general path)."""
+
+
+def received_new_batch(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
+                       accepted: dict[tuple, pa.Schema]) -> tuple[Relation, RelationChanges] | None:
+    """The replicated table and its changes, when ``cs`` brings one table (``held`` as for
+    :func:`received_new_rows`) at most :data:`BATCH_ROWS` tuples, each with its entry of length 1,
+    one per id and (keyed) one per key hash, and nothing else; None otherwise. Unlike
+    :func:`received_new_rows` it does not check the values, ids, key hashes and stamps:
+    :func:`received_rows_insert_sql` reads them through the general path's checks."""
+    found = _one_table(catalog, held, cs, accepted, BATCH_ROWS)
+    if found is None:
+        return None
+    rel, rc = found
+    assert cs.cl is not None
+    n, cl = cs.cl.num_rows, cs.cl
+    ids, kh = id_storage(cl.column("id")), id_storage(cl.column("kh"))
+    if (not pc.all(pc.equal(cl.column("rel"), rel.name)).as_py() or not pc.all(pc.equal(cl.column("cl"), 1)).as_py()
+            or ids.null_count or pc.count_distinct(ids).as_py() != n or not all_in(ids, rc.tuples.column(0))):
+        return None  # another relation's entry, a later length, an id twice or without its tuple
+    if rel.key and (kh.null_count or pc.count_distinct(kh).as_py() != n):
+        return None  # two versions of a key (or a key hash missing, which the general path refuses)
+    return rel, rc
+
+
+def received_rows_insert_sql(rel: Relation, entries: ReceivedEntries, tuples: str, unchecked_entries: bool,
+                             then: Sequence[CteWrite] = ()) -> str:
+    """A merge's rows new to the site (:func:`received_new_batch`) as one statement
+    (:func:`crr.point.new_rows_writes_sql`), written whole or not at all: their entries (``entries``,
+    read through :func:`crr.causal.checked_entries_sql`, each kept with its stamp), written only if
+    the site has no entry of any of their key hashes (keyed) or ids (unkeyed; with
+    ``unchecked_entries``, of their ids under any relation either), then their tuples (the Arrow
+    slot ``tuples``, read through :func:`crr.batch_rows.tuple_check_sql`: ids are their values'
+    hashes, NOT NULL holds), their APP rows and ``then``. A check failing aborts the statement with
+    the general path's message. Parameters: the sequence number twice, then those of ``then``."""
+    probe = "kh" if rel.key else "id"
+    stored = f"rel = {quote_str(rel.name)} AND {probe} IN (SELECT {probe} FROM {entries.table})"
+    if unchecked_entries:
+        stored = f"({stored}) OR id IN (SELECT id FROM {entries.table})"
+    written = (f"SELECT e.id, e.rel, e.cl, e.kh, coalesce(e.stamp, 0::UHUGEINT), true, ? FROM {checked_entries_sql(entries)} e "
+               f"WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.cl WHERE {stored})")
+    added = (f"SELECT n.id, {cols_sql(rel, 'n')}, ? FROM {rows_sql(rel, Rows(tuples, RowsKind.RECEIVED))} n "
+             f"WHERE EXISTS (SELECT 1 FROM entries)")
+    return new_rows_writes_sql(rel, written, added, then)

@@ -30,13 +30,13 @@ from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, CteWrite, Poin
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer, view_errors, view_query_failed
 from crr.batch_rows import Rows, RowsKind
-from crr.causal import LocalEntries, relation_entries_delete_sql
+from crr.causal import KeyHashSource, LocalEntries, relation_entries_delete_sql
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.counters import counters_update_sql, largest_seq_sql, largest_stamp_sql
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, PEER_CURSOR_SQL, PEER_CURSORS_SQL,
-                       MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations, max_stamp,
-                       newly_derived, plan_merge, tracked_cursors_sql)
-from crr.point_merge import received_new_rows
+                       ENTRY_COLUMNS, MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations,
+                       max_stamp, newly_derived, plan_merge, received_entries, tracked_cursors_sql, tuple_columns)
+from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
 from crr.types import Column, type_family, type_probe_sql
 from crr.upgrade import upgradable, upgrade
 from crr.writes import prepare_update, prepare_write
@@ -779,33 +779,59 @@ class Site:
         return MergeResult(result, ignored)
 
     def _merge_new_rows(self, cs: Changeset, held: list[tuple[Relation, RelationChanges]], track: bool) -> BatchResult | None:
-        """Merge a changeset of a few rows new to the site as one statement, with the maintenance of
-        the views reading their table and the tracked cursors inside it (:mod:`crr.point_merge`); None,
-        having written nothing, when it is not one, or a view needs the general path."""
+        """Merge a changeset of rows new to the site as one statement, with the maintenance of the
+        views reading their table and the tracked cursors inside it (:mod:`crr.point_merge`): a few
+        rows checked in Python (:func:`received_new_rows`) as parameters, more read from Arrow
+        through the general path's checks (:func:`received_new_batch`). None, having written
+        nothing, when it is not one, or a view needs the general path."""
         rows = received_new_rows(self._rels, held, cs, self._accepted, max_stamp(self.max_clock_skew))
-        if rows is None:
+        batch = received_new_batch(self._rels, held, cs, self._accepted) if rows is None else None
+        if rows is None and batch is None:
             return None
-        rel = rows.relation
+        rel = rows.relation if rows is not None else batch[0]  # type: ignore[index]
         derived = self._rels.derived_from(rel.name)
         m = self._maintainer()
         appends = m.appends(rel, derived, NEW_TUPLES) if derived else []
         if appends is None:
             return None
-        cursors: list[CteWrite] = []
+        then = list(appends)
         if track:
-            cursors.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
-                            [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor)]))
+            then.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
+                         [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor)]))
         try:
             with changeset_errors(), _views_inside(bool(appends)):
-                counts = PointWrite(self._con, self._prepared).insert_received(
-                    rel, rows.texts, rows.stamps, self._seq + 1, unchecked_entries=self._rels.unchecked_entries,
-                    then=[*appends, *cursors])
+                if rows is not None:
+                    counts = PointWrite(self._con, self._prepared).insert_received(
+                        rel, rows.texts, rows.stamps, self._seq + 1, unchecked_entries=self._rels.unchecked_entries,
+                        then=then)
+                    tuples = len(rows.texts)
+                else:
+                    counts = self._insert_received(rel, batch[1], cs, then)  # type: ignore[index]
+                    tuples = batch[1].tuples.num_rows  # type: ignore[index]
         except _ViewFailed:
             return None  # nothing written: the general path names the view
         if counts is None:
             return None
         self._bump()
-        return m.appended_result(rel, len(rows.texts), counts)
+        return m.appended_result(rel, tuples, counts)
+
+    def _insert_received(self, rel: Relation, rc: RelationChanges, cs: Changeset,
+                         then: list[CteWrite]) -> tuple[int, ...] | None:
+        """Run :func:`received_rows_insert_sql` on the changeset's tables, put in Arrow slots; its
+        counts, or None when it wrote nothing."""
+        assert cs.cl is not None
+        inputs = MergeInputs(self._con, self._slots, self._accepted)
+        try:
+            cl = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")
+            tuples = inputs.register("_crr_in_t0", rc.tuples, tuple_columns(rel), rc.name)
+            sources = (KeyHashSource(tuples, rel.name, tuple(rel.key_aug_columns)),) if rel.key else ()
+            entries = received_entries(self._rels, cl, cs.cl, frozenset({rel.name}), sources, self.max_clock_skew, ())
+            assert entries is not None
+            sql = received_rows_insert_sql(rel, entries, tuples, self._rels.unchecked_entries, then)
+            counts = self._con.execute(sql, [self._seq + 1, self._seq + 1, *(p for _, _, ps in then for p in ps)]).fetchall()[0]
+        finally:
+            inputs.close(drop_tables=False)
+        return counts if counts[0] else None
 
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""

@@ -6,6 +6,7 @@ import duckdb
 import pytest
 
 import crr
+from crr import site as site_module
 from crr.types import quote_str
 
 
@@ -15,6 +16,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in item.nodeid.lower():
             item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+def general_merges(patch: pytest.MonkeyPatch) -> None:
+    """Make every merge take the general path (the batch pipeline): turn off crr.point_merge's
+    one-statement merges of rows new to the site, both routes."""
+    patch.setattr(site_module, "received_new_rows", lambda *args: None)
+    patch.setattr(site_module, "received_new_batch", lambda *args: None)
 
 
 def app(site: crr.Site, rel: str) -> list[tuple]:

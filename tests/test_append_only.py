@@ -16,8 +16,7 @@ import pyarrow as pa
 import pytest
 
 import crr
-from crr import site as site_module
-from tests.conftest import app
+from tests.conftest import app, general_merges
 from tests.test_point import _statements, app_writes
 
 R = "(a INTEGER, b INTEGER, c INTEGER)"
@@ -46,7 +45,7 @@ def sites(request, monkeypatch):
     remote sources: p keeps nothing of r, j keeps both) with the views p and j. "batch path": merges
     of a few new rows take the batch path too (not the one statement of crr.point_merge)."""
     if request.param.endswith("batch path"):
-        monkeypatch.setattr(site_module, "received_new_rows", lambda *args: None)
+        general_merges(monkeypatch)
     base = crr.Site(site_id="base")
     base.execute(f"CREATE REPLICATED TABLE r {R[:-1]}, PRIMARY KEY (a))")
     base.execute(f"CREATE REPLICATED TABLE s {S[:-1]}, PRIMARY KEY (k))")

@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 
 import crr
 from crr import point
-from crr import site as site_module
 from crr.types import INT_RANGE, Column, text_value_sql, tuple_encoding_sql, tuple_id_of_texts, tuple_id_sql, value_text_sql
-from tests.conftest import app, aug
+from tests.conftest import app, aug, general_merges
 from tests.test_values import SPECIAL, STRATEGIES
 
 # -- ids from texts ------------------------------------------------------------------------------------
@@ -436,7 +435,7 @@ def test_a_merge_runs_nothing_for_a_table_the_changeset_brings_no_tuples_of(tmp_
     cs = src.changes(since=cursor)
     assert {rc.name: rc.tuples.num_rows for rc in cs.relations} == {"big": 2, "small": 0}
     with monkeypatch.context() as patch:
-        patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        general_merges(patch)
         statements = _statements(dst, lambda: dst.merge(cs))
     writes = [" ".join(s.split()[:3]) for s in statements if s.split()[0] in ("INSERT", "MERGE", "DELETE", "UPDATE")]
     assert 'INSERT INTO _crr."big$t"' in writes

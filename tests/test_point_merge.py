@@ -1,7 +1,9 @@
-"""A merge of a few rows new to the site (what a peer sends after an INSERT) runs as the one statement
-of a local INSERT of new rows, with the views reading the table and the tracked cursor inside it
-(crr.point_merge); every other merge, and every changeset whose rows Python cannot vouch for, takes
-the general path. Both must leave the same state, and refuse the same forged changesets."""
+"""A merge of rows new to the site (what a peer sends after an INSERT) runs as one statement, with the
+views reading the table and the tracked cursor inside it (crr.point_merge): a few rows Python
+checked, as the local INSERT's statement ("point" route), or any number up to BATCH_ROWS read from
+Arrow through the general path's SQL checks ("batch" route; forced here by turning the point route
+off). Every other merge takes the general path. All must leave the same state and refuse the same
+forged changesets."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import crr
+from crr import point_merge
 from crr import site as site_module
 from crr.changeset import Changeset
-from tests.conftest import app
+from crr.types import Column, tuple_id_sql
+from tests.conftest import app, general_merges
 from tests.test_crafted import edit
 from tests.test_point import _expanded, _statements
 from tests.test_point_views import OPS, PROPERTY_VIEWS, VIEWS, _state
@@ -63,31 +67,49 @@ def _merge_statements(site: crr.Site, cs: Changeset, track: bool = True) -> list
 def _general_path() -> Iterator[None]:
     """Every merge takes the general path."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        general_merges(patch)
         yield
 
 
-def test_a_merge_of_new_rows_is_one_statement_that_writes_the_views_and_the_cursor():
+@contextmanager
+def _route(name: str) -> Iterator[None]:
+    """Merges of new rows take the ``point`` route where it applies, or always the ``batch`` one."""
+    with pytest.MonkeyPatch.context() as patch:
+        if name == "batch":
+            patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        yield
+
+
+ROUTES = ["point", "batch"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_merge_of_new_rows_is_one_statement_that_writes_the_views_and_the_cursor(route: str):
     src, dst = _pair()
     cs = _written(src, "INSERT INTO t VALUES (?, ?)", [1, "x"])
-    ran = _merge_statements(dst, cs)
+    with _route(route):
+        ran = _merge_statements(dst, cs)
     assert len(ran) == 1, ran
+    assert ran[0].startswith("EXECUTE: ") == (route == "point")  # the point route's statement is prepared
     for name in VIEWS:
         assert f'INSERT INTO _crr."{name}$m"' in ran[0] and f'INSERT INTO main."{name}"' in ran[0], name
     assert app(dst, "j") == [(1, "x", "w1")] and app(dst, "p") == [("warm",), ("x",)]
     assert dst.peer_cursor("src", "t") == cs.cursor and dst.peer_cursor("src", "d") == cs.cursor
     # the same changeset again: the statement writes nothing, and the general path finds nothing new
-    result = dst.merge(cs, track=True)
+    with _route(route):
+        result = dst.merge(cs, track=True)
     assert not result.changed and app(dst, "j") == [(1, "x", "w1")]
 
 
-def test_its_result_is_the_general_paths():
+@pytest.mark.parametrize("route", ROUTES)
+def test_its_result_is_the_general_paths(route: str):
     src, fused = _pair()
     _, general = _pair()
     cs = _written(src, "INSERT INTO t VALUES (?, ?)", [2, "x"])
     expected_rows = {"t": dict(inserted=1, deleted=0, new_tuples=1, new_monomials=0),
                      "j": dict(inserted=1, deleted=0, new_tuples=0, new_monomials=1)}
-    got = fused.merge(cs, track=True)
+    with _route(route):
+        got = fused.merge(cs, track=True)
     with _general_path():
         want = general.merge(cs, track=True)
     assert {k: v for k, v in got.items() if any(v.values())} == {k: v for k, v in want.items() if any(v.values())}
@@ -109,30 +131,36 @@ FORGERIES = {  # (the tuples of t, the entries, as edited; the general path's re
 }
 
 
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("forgery", list(FORGERIES))
-def test_a_forged_small_changeset_is_refused_as_the_general_path_refuses_it(forgery: str):
-    """Each forged field would be written as it came if Python did not check it before the one
-    statement (which checks nothing): the general path refuses it, by name, and nothing changes."""
+def test_a_forged_changeset_of_new_rows_is_refused_as_the_general_path_refuses_it(forgery: str, route: str):
+    """Each forged field would be written as it came if neither Python (point route) nor the one
+    statement (batch route) checked it: it is refused with the general path's message, and nothing
+    changes."""
     src, dst = _pair()
-    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [3, "x"])
+    cs = _written(src, "INSERT INTO t VALUES (?, ?), (?, ?), (?, ?)", [3, "x", 7, "q", 8, "r"])
     tuples, entries, message = FORGERIES[forgery]
     rc = next(rc for rc in cs.relations if rc.name == "t")
     rc.tuples, cs.cl = edit(rc.tuples, tuples), edit(cs.cl, entries)
     before, cursor = _state(dst, VIEWS), dst.peer_cursor("src", "t")
-    with pytest.raises(crr.ChangesetError, match=message):
+    with _route(route), pytest.raises(crr.ChangesetError, match=message):
         dst.merge(cs.to_bytes(), track=True)
     assert _state(dst, VIEWS) == before and dst.peer_cursor("src", "t") == cursor
-    dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [4, "y"]), track=True)  # the site goes on
+    with _route(route):
+        dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [4, "y"]), track=True)  # the site goes on
     assert app(dst, "p") == [("warm",), ("y",)]
 
 
-def test_a_null_in_a_not_null_column_is_refused_by_the_general_path():
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_null_in_a_not_null_column_is_refused(route: str):
     src, dst = _pair()
     cs = _written(src, "INSERT INTO d VALUES (?, ?)", [9, "w9"])
     rc = next(rc for rc in cs.relations if rc.name == "d")
-    rc.tuples = edit(rc.tuples, "SELECT id, c0, NULL::VARCHAR AS c1 FROM x")
+    forged_id = tuple_id_sql("d", [Column("c0", "INTEGER"), Column("c1", "VARCHAR")])  # of (c0, NULL): consistent
+    rc.tuples = edit(rc.tuples, f"SELECT {forged_id} AS id, c0, c1 FROM (SELECT c0, NULL::VARCHAR AS c1 FROM x)")
+    cs.cl = cs.cl.set_column(0, cs.cl.schema.field(0), rc.tuples.column(0))  # its entry names the forged id
     before = _state(dst, VIEWS)
-    with pytest.raises(crr.ChangesetError):
+    with _route(route), pytest.raises(crr.ChangesetError, match="NULL in column w"):
         dst.merge(cs.to_bytes())
     assert _state(dst, VIEWS) == before
 
@@ -155,34 +183,62 @@ def test_the_cursor_is_not_recorded_when_the_statement_wrote_nothing(monkeypatch
     assert dst.peer_cursor("src", "t") == cursor
 
 
-def test_a_view_failing_on_the_merged_rows_is_named_and_nothing_is_written():
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_view_failing_on_the_merged_rows_is_named_and_nothing_is_written(route: str):
     views = {**VIEWS, "big": "SELECT k * 2147483647 AS x FROM t WHERE k < 50"}  # INTEGER overflow for 1 < k < 50
     src, dst = _pair(VIEWS, views)
     dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [1, "x"]), track=True)
     assert app(dst, "big") == [(2147483647,)]
     before, cursor = _state(dst, views), dst.peer_cursor("src", "t")
-    with pytest.raises(crr.SqlError, match="view big"):
+    with _route(route), pytest.raises(crr.SqlError, match="view big"):
         dst.merge(_written(src, "INSERT INTO t VALUES (?, ?)", [6, "x"]), track=True)
     assert _state(dst, views) == before and dst.peer_cursor("src", "t") == cursor
 
 
-def test_merges_the_one_statement_does_not_cover_take_the_general_path():
+def test_merges_the_one_statement_does_not_cover_take_the_general_path(monkeypatch):
     src, dst = _pair()
     for sql, params in [("UPDATE t SET v = ? WHERE k = ?", ["z", 100]), ("DELETE FROM t WHERE k = ?", [100]),
                         ("INSERT INTO t VALUES (?, ?)", [100, "again"])]:  # a re-insert: length 3
         ran = _merge_statements(dst, _written(src, sql, params))
         assert len(ran) > 1, (sql, ran)
     before = src.cursor
-    src.insert_many("t", [(k, "m") for k in range(200, 280)])  # more rows than the point path takes
+    src.insert_many("t", [(k, "m") for k in range(200, 280)])  # more rows than the point route takes
     many = Changeset.from_bytes(src.changes(since=before).to_bytes())
-    assert len(_merge_statements(dst, many)) > 1
+    assert len(_merge_statements(dst, many)) == 1  # the batch route
+    before = src.cursor
+    src.insert_many("t", [(k, "n") for k in range(300, 380)])
+    more = Changeset.from_bytes(src.changes(since=before).to_bytes())
+    monkeypatch.setattr(point_merge, "BATCH_ROWS", 79)  # more rows than the batch route takes
+    assert len(_merge_statements(dst, more)) > 1
     for name, sql in VIEWS.items():
         assert app(dst, name) == app(src, name), name
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_batch_of_floats_and_keys_arriving_twice_in_one_stream():
+    """Values Python does not write as text (DOUBLE) take the batch route at any size; a changeset
+    repeating rows the site holds (a stream resent) writes nothing in one statement and then takes
+    the general path, which finds nothing new."""
+    src, dst = crr.Site(site_id="src"), crr.Site(site_id="dst")
+    for site in (src, dst):
+        site.execute("CREATE REPLICATED TABLE m (k INTEGER PRIMARY KEY, x DOUBLE, s VARCHAR)")
+    dst.execute("CREATE MATERIALIZED VIEW big AS SELECT k, x FROM m WHERE x > 1.0")
+    src.execute("INSERT INTO m VALUES (0, 0.5, 'a')")
+    dst.merge(src.changes())
+    before = src.cursor
+    src.insert_many("m", [(k, k / 3, None if k % 4 else "s") for k in range(1, 9)] + [(9, -0.0, "z")])
+    cs = src.changes(since=before)
+    assert len(_merge_statements(dst, cs)) == 1
+    assert app(dst, "m") == app(src, "m") and app(dst, "big") == src.execute("SELECT k, x FROM m WHERE x > 1.0 ORDER BY ALL")
+    assert str(dst.execute("SELECT x FROM m WHERE k = 9")[0][0]) == "-0.0"
+    resent = src.changes(since=0)
+    assert len(_merge_statements(dst, resent)) > 1 and not dst.merge(resent).changed
+    assert app(dst, "m") == app(src, "m")
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPS, min_size=1, max_size=12))
-def test_random_writes_shipped_one_by_one_match_the_general_path_and_the_query(ops) -> None:
+def test_random_writes_shipped_one_by_one_match_the_general_path_and_the_query(route: str, ops) -> None:
     """Random single-row writes at a source (keyed and unkeyed tables, key changes, deletes of join
     partners, re-inserts), each shipped as the bytes of its changes to a site merging small ones in
     one statement and to one taking the general path: after every merge both hold the same APP
@@ -197,7 +253,8 @@ def test_random_writes_shipped_one_by_one_match_the_general_path_and_the_query(o
         except crr.CrrError:
             continue
         data = src.changes(since=before).to_bytes()
-        got = fused.merge(data, track=True)
+        with _route(route):
+            got = fused.merge(data, track=True)
         with _general_path():
             want = general.merge(data, track=True)
         assert {k: v for k, v in got.items() if any(v.values())} == \

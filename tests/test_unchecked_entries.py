@@ -13,8 +13,7 @@ import pytest
 
 import crr
 from crr.catalog import STORAGE_VERSION
-from crr import site as site_module
-from tests.conftest import app, as_written_by
+from tests.conftest import app, as_written_by, general_merges
 from tests.test_crafted import edit, state
 from tests.test_point import _expanded, _statements
 
@@ -82,10 +81,17 @@ def test_honest_merges_keep_the_probe_by_key_hash():
     since = a.cursor
     a.insert_many("t", [(k, "n") for k in range(3, 200)])
     cs = a.changes(since=since)
-    inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
+    with pytest.MonkeyPatch.context() as patch:  # the batch pipeline
+        general_merges(patch)
+        inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
     assert len(inserts) == 1
     assert "ANTI JOIN _crr.cl c ON c.kh = d.kh" in inserts[0] and "c.id = d.id" not in inserts[0]
     assert app(b, "t") == app(a, "t") and flag(b) == [("false",)] and b.cursor > cursor
+    since = a.cursor
+    a.insert_many("t", [(k, "n") for k in range(200, 300)])
+    ran = _statements(b, lambda: b.merge(a.changes(since=since)))  # one statement (crr.point_merge)
+    assert len(ran) == 1 and "kh IN (SELECT kh FROM" in ran[0] and "OR id IN" not in ran[0]
+    assert app(b, "t") == app(a, "t") and flag(b) == [("false",)]
 
 
 def test_entries_without_tuples_that_only_extend_stored_ones_record_nothing():
@@ -113,7 +119,7 @@ def test_a_new_entry_without_its_tuple_is_recorded_and_merging_goes_on():
     a.execute("INSERT INTO t VALUES (2, 'y'), (3, 'z')")
     cs = a.changes(since=since)
     with pytest.MonkeyPatch.context() as patch:  # the batch path (not crr.point_merge's one statement)
-        patch.setattr(site_module, "received_new_rows", lambda *args: None)
+        general_merges(patch)
         inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
     assert len(inserts) == 1 and "c.id = d.id" in inserts[0]
     since = a.cursor
