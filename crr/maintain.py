@@ -383,7 +383,8 @@ class Maintainer:
         self._temps: list[str] = []
         self._registered: list[str] = []  # slots holding this batch's Arrow results (released by cleanup)
         self.batch: Batch | None = None
-        self.appended: list[str] = []  # the views appends() maintains, in the order of its statements
+        # the views appends() maintains: (view, its new monomials' statement, its APP rows' statement)
+        self.appended: list[tuple[str, str, str]] = []
 
     # -- helpers -------------------------------------------------------------------------------
     def x(self, sql: str, params: list | None = None) -> int:
@@ -1186,20 +1187,26 @@ class Maintainer:
         views = self.one_statement_views(rel, derived, tuples)
         if views is None:
             return None
-        self.appended = [view.name for view, _ in views]
-        return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+        parts = [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+        # per view, the names of its two statements: its new monomials, then its APP rows
+        self.appended = [(view.name, parts[2 * n][0], parts[2 * n + 1][0]) for n, (view, _) in enumerate(views)]
+        return parts
 
-    def appended_result(self, rel: Relation, tuples: int, counts: Sequence[int]) -> BatchResult:
-        """What :meth:`appends`' statements did, as :meth:`apply` would report it, when the
-        statement running them added ``tuples`` rows new to the site to ``rel``; ``counts``: the
-        statement's counts (:func:`crr.point.new_rows_insert_sql`: the table's APP rows, then the rows
-        each statement of :meth:`appends` returned, in order, then any further ones)."""
+    def appended_result(self, rel: Relation, tuples: int, app_rows: int, counts: dict[str, int],
+                        held: Sequence[str]) -> BatchResult:
+        """What a merge of ``tuples`` rows new to the site did to ``rel`` (``app_rows`` APP rows)
+        and, by :meth:`appends`' statements run inside its statement, to the views (``counts``: the
+        rows each statement returned, by its name), as :meth:`apply` would report it: every
+        relation of the changeset this site holds (``held``), and each view that changed."""
+        for name in held:
+            self.counts(name)
         self.result.cl_changed += tuples
         self.counts(rel.name).new_tuples += tuples
-        self.counts(rel.name).inserted += counts[0]
-        for n, name in enumerate(self.appended):  # per view: its new monomials, then its APP rows
-            self.counts(name).new_monomials += counts[1 + 2 * n]
-            self.counts(name).inserted += counts[2 + 2 * n]
+        self.counts(rel.name).inserted += app_rows
+        for view, monomials, app in self.appended:
+            if counts[monomials] or counts[app]:
+                self.counts(view).new_monomials += counts[monomials]
+                self.counts(view).inserted += counts[app]
         return self.result
 
     def _append_parts(self, n: int, rel: Relation, view: Relation, cand: str) -> list[CteWrite]:

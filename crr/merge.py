@@ -40,10 +40,17 @@ from crr import replica
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind
 
-CURSOR_UPSERT_SQL = f"""INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP)
-    ON CONFLICT (peer, relation) DO UPDATE
-    SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated"""
+_CURSOR_CONFLICT = ("ON CONFLICT (peer, relation) DO UPDATE "
+                    "SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated")
+
+CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP) {_CURSOR_CONFLICT}"
 """Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
+
+PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
+"""A tracked stream's cursor: parameters (peer, relation)."""
+
+PEER_CURSORS_SQL = f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors ORDER BY peer, relation"
+"""Every tracked stream's cursor and when it last moved."""
 
 
 def tracked_cursors_sql(count: int, written: str) -> str:
@@ -51,27 +58,10 @@ def tracked_cursors_sql(count: int, written: str) -> str:
     of a merge's one statement (:mod:`crr.point_merge`): it records the cursors only when the CTE
     ``written`` returned rows (the merge wrote). Parameters: (peer, relation, cursor) per relation."""
     rows = ", ".join(["(?, ?, ?::BIGINT)"] * count)
-    return f"""INSERT INTO {SCHEMA}.cursors
-        SELECT peer, relation, cursor, now()::TIMESTAMP FROM (VALUES {rows}) v(peer, relation, cursor)
-        WHERE EXISTS (SELECT 1 FROM {written})
-        ON CONFLICT (peer, relation) DO UPDATE
-        SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated RETURNING 1"""
+    return (f"INSERT INTO {SCHEMA}.cursors SELECT peer, relation, cursor, now()::TIMESTAMP "
+            f"FROM (VALUES {rows}) v(peer, relation, cursor) WHERE EXISTS (SELECT 1 FROM {written}) "
+            f"{_CURSOR_CONFLICT} RETURNING 1")
 
-
-ENTRY_COLUMNS = [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"), ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")]
-"""The columns (and DuckDB types) of a changeset's causal-length entries table."""
-
-
-def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
-    """The columns (and DuckDB types) of a changeset's tuples table of ``rel``: its id (``id`` for a
-    replicated table's, ``vid`` for a derived relation's) and its AUG columns."""
-    return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
-
-PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
-"""A tracked stream's cursor: parameters (peer, relation)."""
-
-PEER_CURSORS_SQL = f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors ORDER BY peer, relation"
-"""Every tracked stream's cursor and when it last moved."""
 
 LINEAGE_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?"
 """Store a relation's grown lineage: parameters (lineage as JSON, name)."""
@@ -212,11 +202,23 @@ class MergeInputs:
 MONOMIAL_COLUMNS = [("vid", "UHUGEINT"), ("ids", "UHUGEINT[]")]
 """The columns (and DuckDB types) of a changeset's monomials table."""
 
+ENTRY_COLUMNS = [("id", "UHUGEINT"), ("rel", "VARCHAR"), ("cl", "INTEGER"), ("kh", "UHUGEINT"), ("stamp", "UHUGEINT")]
+"""The columns (and DuckDB types) of a changeset's causal-length entries table."""
+
+
+def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
+    """The columns (and DuckDB types) of a changeset's tuples table of ``rel``: its id (``id`` for a
+    replicated table's, ``vid`` for a derived relation's) and its AUG columns."""
+    return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
+
 
 def max_stamp(max_clock_skew: float) -> int:
     """The largest stamp a received entry may carry: the largest :mod:`crr.clock` stamp of the
     millisecond ``max_clock_skew`` seconds after this site's wall clock."""
-    return ((int((time.time() + max_clock_skew) * 1000) << 16 | 0xFFFF) << 64) | (2**64 - 1)
+    # a stamp's upper 64 bits are the millisecond (48 bits) and a counter: a skew past that range
+    # (``float("inf")``: no bound) accepts every stamp
+    millis = min((time.time() + max_clock_skew) * 1000, 2**48 - 1)
+    return ((int(millis) << 16 | 0xFFFF) << 64) | (2**64 - 1)
 
 
 def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,

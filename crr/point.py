@@ -422,13 +422,16 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ..
 _NOT_SIMPLE = object()
 
 
-_SIMPLE_FAMILIES = (TypeFamily.STRING, TypeFamily.INTEGER, TypeFamily.BOOLEAN)
-
-
 def texts_writable(columns: Sequence[Column]) -> bool:
-    """Whether :func:`value_texts` may write the texts of values of ``columns`` (of the types it
-    takes; a value of another type, such as a date Python cannot hold, is never read into Python)."""
-    return all(type_family(col.type) in _SIMPLE_FAMILIES for col in columns)
+    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: VARCHAR,
+    BOOLEAN and the integers Arrow gives Python as ``int`` (up to 64 bits; a 128-bit integer
+    arrives as 16 bytes). A value of another type, such as a date Python cannot hold, is then never
+    read into Python."""
+    return all(type_family(col.type) in (TypeFamily.STRING, TypeFamily.BOOLEAN)
+               or col.type.upper().strip() in _INT64_TYPES for col in columns)
+
+
+_INT64_TYPES = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
 
 
 def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:
@@ -494,23 +497,25 @@ class PointWrite:
             return None
         return self._insert_new(rel, self._added_rows(rel, given), clock, seq, unchecked_entries, then)
 
-    def insert_received(self, rel: Relation, given: list[tuple[str | None, ...]], stamps: list[int], seq: int, *,
-                        unchecked_entries: bool, then: Sequence[CteWrite] = ()) -> tuple[int, ...] | None:
-        """A merge's rows new to the site (:mod:`crr.point_merge`), whose texts are ``given``, each
-        with its entry of length 1 and its stamp (``stamps``), as the one statement
+    def insert_received(self, rel: Relation, given: list[tuple[str | None, ...]], ids: list[int],
+                        key_hashes: list[int | None], stamps: list[int], seq: int, *, unchecked_entries: bool,
+                        then: Sequence[CteWrite] = ()) -> tuple[int, ...] | None:
+        """A merge's rows new to the site (:mod:`crr.point_merge`): texts ``given``, tuple ids
+        ``ids`` and key hashes ``key_hashes`` (recomputed and checked by the caller), each with its
+        entry of length 1 and its stamp (``stamps``), as the one statement
         :data:`Statement.NEW_ROWS_INSERT`, with ``then`` inside it. Returns the statement's counts
         (the APP rows written, then the rows each of ``then`` returned), or None, having written
         nothing, when some key (id) has an entry here: the caller takes the general path. The
-        caller checked the rows (ids, key hashes, NOT NULL, one row per key, at most
-        :data:`POINT_ROWS`)."""
+        caller checked the rows (NOT NULL, one row per id and key, at most :data:`POINT_ROWS`)."""
         assert not rel.orphans and 0 < len(given) <= POINT_ROWS
-        counts = self._new_rows(rel, self._added_rows(rel, given), stamps, seq, unchecked_entries, then)
+        rows = [_Row(True, i, kh, texts, False, []) for i, kh, texts in zip(ids, key_hashes, given)]
+        counts = self._new_rows(rel, rows, stamps, seq, unchecked_entries, then)
         return counts if counts[0] else None
 
     @staticmethod
     def _added_rows(rel: Relation, found: list[tuple[str | None, ...]]) -> list[_Row]:
         """The rows an INSERT adds, with their ids and key hashes, from their texts."""
-        key_at = _key_positions(rel)
+        key_at = key_positions(rel)
         return [_text_row(rel, key_at, texts, True) for texts in found]
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
@@ -533,7 +538,7 @@ class PointWrite:
         if len(found) > POINT_ROWS:
             return None
         width = len(rel.columns)
-        key_at = _key_positions(rel)
+        key_at = key_positions(rel)
         rows: dict[tuple[int, bool], _Row] = {}
         for n, texts in enumerate(found):
             halves = [texts[:width], texts[width:]] if old and new else [texts]
@@ -671,12 +676,12 @@ class PointWrite:
 
 def _text_row(rel: Relation, key_at: list[int], texts: tuple[str | None, ...], new: bool) -> _Row:
     """A written row from its values' texts, with its id and (keyed) key hash computed in Python;
-    ``key_at``: :func:`_key_positions`."""
+    ``key_at``: :func:`key_positions`."""
     kh = key_hash_of_texts(rel.name, rel.key_columns, [texts[i] for i in key_at]) if rel.key else None
     return _Row(new, tuple_id_of_texts(rel.name, rel.columns, texts), kh, texts, False, [])
 
 
-def _key_positions(rel: Relation) -> list[int]:
+def key_positions(rel: Relation) -> list[int]:
     """The positions of the key columns in a row, in the order the key hash encodes them: the
     columns' declared order (:attr:`crr.catalog.Relation.key_columns`, as the SQL computation
     :func:`crr.types.key_hash_sql` has them), not the order ``PRIMARY KEY (...)`` lists them in."""

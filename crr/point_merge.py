@@ -25,17 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from crr.batch_rows import Rows, RowsKind, cols_sql, rows_sql
-from crr.catalog import SCHEMA, Catalog, Relation
+from crr.catalog import SCHEMA, Relation
 from crr.causal import ReceivedEntries, checked_entries_sql
 from crr.changeset import ChangeKind, Changeset, RelationChanges
-from crr.colocated import homes_of
 from crr.id_sets import all_in, id_storage
-from crr.merge import ENTRY_COLUMNS, tuple_columns
-from crr.point import POINT_ROWS, CteWrite, new_rows_writes_sql, texts_writable, value_texts
+from crr.merge import max_stamp
+from crr.point import POINT_ROWS, CteWrite, key_positions, new_rows_writes_sql, texts_writable, value_texts
 from crr.types import key_hash_of_texts, quote_str, tuple_id_of_texts
 
 
@@ -45,76 +43,69 @@ class ReceivedRows:
 
     relation: Relation  # the replicated table they belong to
     texts: list[tuple[str | None, ...]]  # DuckDB's text of each value, per row
+    ids: list[int]  # each row's tuple id, recomputed from its texts (equal to the changeset's)
+    key_hashes: list[int | None]  # each row's key hash, likewise (None for an unkeyed table)
     stamps: list[int]  # the stamp of each row's entry (0 where the changeset has none)
 
 
-def _one_table(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
-               accepted: dict[tuple, pa.Schema], most: int) -> tuple[Relation, RelationChanges] | None:
-    """The replicated table ``cs`` brings tuples, when it brings one, at most ``most`` of them, one
-    entry for each and no other entry, in tables of the Arrow schemas the site's merges accepted
-    before; None otherwise."""
-    if cs.cl is None or not all(rel.is_base and rc.kind is ChangeKind.BASE and _accepted(accepted, tuple_columns(rel), rc.tuples)
-                                for rel, rc in held):
-        return None  # the general path checks the columns (and names a table it cannot read)
+def _one_table(held: list[tuple[Relation, RelationChanges]], cs: Changeset, most: int) -> tuple[Relation, RelationChanges] | None:
+    """The replicated table ``cs`` brings tuples of (``held``: the relations of ``cs`` this site
+    merges), when it brings one, at most ``most`` tuples, as many entries and nothing else (other
+    replicated tables with no rows); None otherwise. The changeset's validation fixed its tables'
+    column names and Arrow types (:meth:`crr.changeset.Changeset.validate`)."""
+    if cs.cl is None or not all(rel.is_base and rc.kind is ChangeKind.BASE for rel, rc in held):
+        return None
     changed = [(rel, rc) for rel, rc in held if not rc.empty]  # the others bring nothing but their columns
     if len(changed) != 1:
         return None
     rel, rc = changed[0]
-    if (rel.orphans or rel.name in homes_of(catalog) or not 0 < rc.tuples.num_rows <= most
-            or cs.cl.num_rows != rc.tuples.num_rows or not _accepted(accepted, ENTRY_COLUMNS, cs.cl)):
-        return None
+    if rel.orphans or not 0 < rc.tuples.num_rows <= most or cs.cl.num_rows != rc.tuples.num_rows:
+        return None  # more entries: some without their tuple (another relation's, a deletion)
     return rel, rc
 
 
-def received_new_rows(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
-                      accepted: dict[tuple, pa.Schema], max_stamp: int) -> ReceivedRows | None:
-    """The rows of ``cs`` when it brings one replicated table (``held``: the relations of ``cs``
-    this site merges) at most :data:`~crr.point.POINT_ROWS` tuples, each with its entry of length 1,
-    and nothing else (other replicated tables with no rows), every one passing the general path's
-    checks; None otherwise. ``accepted``: the Arrow schemas the site's merges checked already
-    (:class:`crr.merge.MergeInputs`), which the changeset's tables must have; ``max_stamp``:
-    :func:`crr.merge.max_stamp`."""
-    found = _one_table(catalog, held, cs, accepted, POINT_ROWS)
+def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changeset, max_clock_skew: float) -> ReceivedRows | None:
+    """The rows of ``cs`` when it brings one replicated table (``held``: the relations of ``cs`` this
+    site merges) at most :data:`~crr.point.POINT_ROWS` tuples, each with its entry of length 1, and
+    nothing else (other replicated tables with no rows), every one passing the general path's checks
+    (stamps at most ``max_clock_skew`` seconds ahead); None otherwise."""
+    found = _one_table(held, cs, POINT_ROWS)
     if found is None or not texts_writable(found[0].columns):
         return None
     rel, rc = found
     assert cs.cl is not None
-    entries = {_id(i): (r, c, k, s) for i, r, c, k, s in zip(
+    entries = {_u128(i): (r, c, k, s) for i, r, c, k, s in zip(
         id_storage(cs.cl.column("id")).to_pylist(), cs.cl.column("rel").to_pylist(), cs.cl.column("cl").to_pylist(),
         id_storage(cs.cl.column("kh")).to_pylist(), id_storage(cs.cl.column("stamp")).to_pylist())}
     if len(entries) != cs.cl.num_rows:
         return None  # an id twice: the general path refuses it
-    # by position: the accepted schema has the expected columns in order (names match but for case)
-    values = [rc.tuples.column(1 + i).to_pylist() for i in range(len(rel.aug_columns))]
+    values = [rc.tuples.column(c.name).to_pylist() for c in rel.aug_columns]
     not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
-    key_at = [i for i, c in enumerate(rel.columns) if c.name in rel.key]
-    texts, stamps, keys = [], [], set()
+    key_at = key_positions(rel)
+    latest = max_stamp(max_clock_skew)
+    out = ReceivedRows(rel, [], [], [], [])
     for at, raw in enumerate(id_storage(rc.tuples.column("id")).to_pylist()):
         row = value_texts(rel.columns, [column[at] for column in values])
-        entry = entries.pop(_id(raw), None)
+        tuple_id = _u128(raw)
+        entry = entries.pop(tuple_id, None)
         if row is None or entry is None or any(row[i] is None for i in not_null):
-            return None
+            return None  # a value Python does not write, an id twice or without its entry, a NULL refused
         name, length, kh, stamp = entry
-        stamp = _id(stamp) if stamp is not None else 0
-        if name != rel.name or length != 1 or stamp > max_stamp or _id(raw) != tuple_id_of_texts(rel.name, rel.columns, row):
-            return None
-        expected_kh = key_hash_of_texts(rel.name, rel.key_columns, [row[i] for i in key_at]) if rel.key else None
-        if (_id(kh) if kh is not None else None) != expected_kh or expected_kh in keys:
-            return None
-        if expected_kh is not None:
-            keys.add(expected_kh)
-        texts.append(row)
-        stamps.append(stamp)
-    return ReceivedRows(rel, texts, stamps)
+        stamp = _u128(stamp) if stamp is not None else 0
+        if name != rel.name or length != 1 or stamp > latest or tuple_id != tuple_id_of_texts(rel.name, rel.columns, row):
+            return None  # another relation's entry, a later length, a stamp too far ahead, a forged id
+        key_hash = key_hash_of_texts(rel.name, rel.key_columns, [row[i] for i in key_at]) if rel.key else None
+        if (_u128(kh) if kh is not None else None) != key_hash or (key_hash is not None and key_hash in out.key_hashes):
+            return None  # a forged key hash, or two versions of one key (rival versions: the general path)
+        out.texts.append(row)
+        out.ids.append(tuple_id)
+        out.key_hashes.append(key_hash)
+        out.stamps.append(stamp)
+    return out
 
 
-def _accepted(accepted: dict[tuple, pa.Schema], expected: list[tuple[str, str]], table: pa.Table) -> bool:
-    """Whether ``table`` has the Arrow schema a merge of this site accepted for ``expected``."""
-    return table.schema.equals(accepted.get(tuple(expected), pa.schema([])))
-
-
-def _id(raw: bytes) -> int:
-    """A 128-bit id (or key hash, or stamp) from DuckDB's Arrow UHUGEINT (16 bytes, little-endian)."""
+def _u128(raw: bytes) -> int:
+    """A 128-bit id, key hash or stamp from DuckDB's Arrow UHUGEINT (16 bytes, little-endian)."""
     return int.from_bytes(raw, "little")
 
 
@@ -122,22 +113,23 @@ BATCH_ROWS = 20_000
 """The most rows a merge writes as :func:`received_rows_insert_sql` (more take the general path)."""
 
 
-def received_new_batch(catalog: Catalog, held: list[tuple[Relation, RelationChanges]], cs: Changeset,
-                       accepted: dict[tuple, pa.Schema]) -> tuple[Relation, RelationChanges] | None:
+def received_new_batch(held: list[tuple[Relation, RelationChanges]], cs: Changeset) -> tuple[Relation, RelationChanges] | None:
     """The replicated table and its changes, when ``cs`` brings one table (``held`` as for
     :func:`received_new_rows`) at most :data:`BATCH_ROWS` tuples, each with its entry of length 1,
     one per id and (keyed) one per key hash, and nothing else; None otherwise. Unlike
     :func:`received_new_rows` it does not check the values, ids, key hashes and stamps:
     :func:`received_rows_insert_sql` reads them through the general path's checks."""
-    found = _one_table(catalog, held, cs, accepted, BATCH_ROWS)
+    found = _one_table(held, cs, BATCH_ROWS)
     if found is None:
         return None
     rel, rc = found
     assert cs.cl is not None
     n, cl = cs.cl.num_rows, cs.cl
     ids, kh = id_storage(cl.column("id")), id_storage(cl.column("kh"))
+    # (another relation's entry would only cost a statement writing nothing: its SQL reads this
+    # relation's entries alone)
     if (not pc.all(pc.equal(cl.column("rel"), rel.name)).as_py() or not pc.all(pc.equal(cl.column("cl"), 1)).as_py()
-            or ids.null_count or pc.count_distinct(ids).as_py() != n or not all_in(ids, rc.tuples.column(0))):
+            or ids.null_count or pc.count_distinct(ids).as_py() != n or not all_in(ids, rc.tuples.column("id"))):
         return None  # another relation's entry, a later length, an id twice or without its tuple
     if rel.key and (kh.null_count or pc.count_distinct(kh).as_py() != n):
         return None  # two versions of a key (or a key hash missing, which the general path refuses)

@@ -35,7 +35,7 @@ from crr.changes import base_provenance_sql, collect_changes, derived_provenance
 from crr.counters import counters_update_sql, largest_seq_sql, largest_stamp_sql
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, LINEAGE_UPDATE_SQL, PEER_CURSOR_SQL, PEER_CURSORS_SQL,
                        ENTRY_COLUMNS, MergeInputs, MergeResult, changeset_errors, grown_lineage, held_relations,
-                       max_stamp, newly_derived, plan_merge, received_entries, tracked_cursors_sql, tuple_columns)
+                       newly_derived, plan_merge, received_entries, tracked_cursors_sql, tuple_columns)
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
 from crr.types import Column, type_family, type_probe_sql
 from crr.upgrade import upgradable, upgrade
@@ -99,7 +99,13 @@ class Site:
     def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
         self.path = str(path)
-        self.max_clock_skew = float(max_clock_skew)
+        try:
+            self.max_clock_skew = float(max_clock_skew)
+        except (TypeError, ValueError):
+            self.max_clock_skew = float("nan")
+        if not self.max_clock_skew >= 0:  # NaN too
+            raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), "
+                            f"not {max_clock_skew!r}")
         try:
             self._con = duckdb.connect(self.path)
         except duckdb.Error as e:
@@ -784,8 +790,8 @@ class Site:
         rows checked in Python (:func:`received_new_rows`) as parameters, more read from Arrow
         through the general path's checks (:func:`received_new_batch`). None, having written
         nothing, when it is not one, or a view needs the general path."""
-        rows = received_new_rows(self._rels, held, cs, self._accepted, max_stamp(self.max_clock_skew))
-        batch = received_new_batch(self._rels, held, cs, self._accepted) if rows is None else None
+        rows = received_new_rows(held, cs, self.max_clock_skew)
+        batch = received_new_batch(held, cs) if rows is None else None
         if rows is None and batch is None:
             return None
         rel = rows.relation if rows is not None else batch[0]  # type: ignore[index]
@@ -802,8 +808,8 @@ class Site:
             with changeset_errors(), _views_inside(bool(appends)):
                 if rows is not None:
                     counts = PointWrite(self._con, self._prepared).insert_received(
-                        rel, rows.texts, rows.stamps, self._seq + 1, unchecked_entries=self._rels.unchecked_entries,
-                        then=then)
+                        rel, rows.texts, rows.ids, rows.key_hashes, rows.stamps, self._seq + 1,
+                        unchecked_entries=self._rels.unchecked_entries, then=then)
                     tuples = len(rows.texts)
                 else:
                     counts = self._insert_received(rel, batch[1], cs, then)  # type: ignore[index]
@@ -813,7 +819,8 @@ class Site:
         if counts is None:
             return None
         self._bump()
-        return m.appended_result(rel, tuples, counts)
+        return m.appended_result(rel, tuples, counts[0], dict(zip((name for name, _, _ in then), counts[1:])),
+                                 [r.name for r, _ in held])
 
     def _insert_received(self, rel: Relation, rc: RelationChanges, cs: Changeset,
                          then: list[CteWrite]) -> tuple[int, ...] | None:

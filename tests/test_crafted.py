@@ -157,6 +157,20 @@ def test_clock_skew_is_configurable():
     assert app(lenient, "t") == [(1, "x"), (2, "y")]
 
 
+def test_an_unbounded_clock_skew_takes_any_stamp_and_a_bad_one_is_refused():
+    a, _ = keyed_pair()
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl, kh, 340282366920938463463374607431768211455::UHUGEINT AS stamp FROM x")
+    anything = crr.Site(site_id="any", max_clock_skew=float("inf"))
+    anything.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    anything.merge(crr.Changeset(source="a", since=0, cursor=0, relations=[], cl=None))  # nothing: no stamp to bound
+    anything.merge(cs)
+    assert app(anything, "t") == [(1, "x"), (2, "y")]
+    for bad in (float("nan"), -1, "soon"):
+        with pytest.raises(crr.SiteError, match="max_clock_skew"):
+            crr.Site(site_id="bad", max_clock_skew=bad)
+
+
 def test_huge_causal_length_is_refused_and_tuple_stays_deletable():
     a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
     for s in (a, b):

@@ -18,7 +18,7 @@ import pytest
 
 import crr
 from crr.catalog import STORAGE_VERSION
-from tests.conftest import app
+from tests.conftest import app, general_merges
 from tests.test_point import _statements
 
 FIXTURE = Path(__file__).parent / "fixtures" / "site_v5.duckdb.gz"
@@ -68,7 +68,9 @@ def test_new_rows_are_added_without_looking_in_the_stored_tuples(base, tmp_path)
     taken), or if it takes the fast path for a row the site already holds (a duplicate tuple)."""
     site = view_site(tmp_path / "v.db")
     base.execute("INSERT INTO r VALUES (1, 1), (2, 2)")
-    statements = _statements(site, lambda: site.merge(base.changes()))
+    with pytest.MonkeyPatch.context() as patch:  # the batch pipeline (not crr.point_merge's one statement)
+        general_merges(patch)
+        statements = _statements(site, lambda: site.merge(base.changes()))
     inserts = [s for s in statements if s.lstrip().startswith('INSERT INTO _crr."r$t"')]
     assert len(inserts) == 1 and "ANTI JOIN" not in inserts[0]
     cursor = base.cursor

@@ -166,9 +166,15 @@ def test_a_version_6_file_is_upgraded_with_its_entries_taken_as_unchecked(tmp_pa
     since = a.cursor
     a.execute("INSERT INTO t VALUES (2, 'y')")
     cs = a.changes(since=since)
-    inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
+    with pytest.MonkeyPatch.context() as patch:  # the batch pipeline
+        general_merges(patch)
+        inserts = [s for s in _statements(b, lambda: b.merge(cs)) if s.startswith("INSERT INTO _crr.cl")]
     assert len(inserts) == 1 and "c.id = d.id" in inserts[0]
-    assert app(b, "t") == [(1, "x"), (2, "y")]
+    since = a.cursor
+    a.execute("INSERT INTO t VALUES (3, 'z')")
+    ran = [s for s in _expanded(b, _statements(b, lambda: b.merge(a.changes(since=since)))) if not s.startswith("PREPARE ")]
+    assert len(ran) == 1 and "OR id IN (" in ran[0]  # the one statement of crr.point_merge probes by id too
+    assert app(b, "t") == [(1, "x"), (2, "y"), (3, "z")]
 
 
 def forged_site() -> tuple[crr.Site, crr.Site]:
