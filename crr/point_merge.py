@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
+from crr.arrow_build import int64_scalar
 from crr.batch_rows import Rows, RowsKind, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Relation
 from crr.causal import ReceivedEntries, checked_entries_sql
@@ -109,6 +110,8 @@ def _u128(raw: bytes) -> int:
     return int.from_bytes(raw, "little")
 
 
+_ONE = int64_scalar(1)  # built without pyarrow's pandas probe (crr.arrow_build)
+
 BATCH_ROWS = 20_000
 """The most rows a merge writes as :func:`received_rows_insert_sql` (more take the general path)."""
 
@@ -128,7 +131,7 @@ def received_new_batch(held: list[tuple[Relation, RelationChanges]], cs: Changes
     ids, kh = id_storage(cl.column("id")), id_storage(cl.column("kh"))
     # (another relation's entry would only cost a statement writing nothing: its SQL reads this
     # relation's entries alone)
-    if (not pc.all(pc.equal(cl.column("rel"), rel.name)).as_py() or not pc.all(pc.equal(cl.column("cl"), 1)).as_py()
+    if (cl.column("rel").unique().to_pylist() != [rel.name] or not pc.all(pc.equal(cl.column("cl"), _ONE)).as_py()
             or ids.null_count or pc.count_distinct(ids).as_py() != n or not all_in(ids, rc.tuples.column("id"))):
         return None  # another relation's entry, a later length, an id twice or without its tuple
     if rel.key and (kh.null_count or pc.count_distinct(kh).as_py() != n):

@@ -53,8 +53,8 @@ def test_int64_range_and_scalars(n: int) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed, so pyarrow cannot import it: nothing to check (the test extras install it)")
 def test_writes_and_merges_do_not_import_pandas(tmp_path) -> None:
     """In a fresh process: single-row INSERT, UPDATE and DELETE on a keyed table with a projection
-    and a self-join view, and a merge of their changes into another site and into a remote copy, leave
-    pandas unimported."""
+    and a self-join view, and a merge of their changes into another site and into a remote copy,
+    and merges of new rows as one statement, leave pandas unimported."""
     script = textwrap.dedent(f"""
         import sys
         import crr
@@ -77,6 +77,14 @@ def test_writes_and_merges_do_not_import_pandas(tmp_path) -> None:
         r.execute("CREATE MATERIALIZED VIEW sv AS SELECT v FROM s")
         r.merge(a.changes().to_bytes())
         assert r.execute("SELECT v FROM t") == [("z",)]
+        for s in (a, b):  # merges of new rows as one statement (crr.point_merge): both routes
+            s.execute("CREATE REPLICATED TABLE w (k INTEGER PRIMARY KEY, v VARCHAR)")
+        cursor = a.cursor
+        a.execute("INSERT INTO w VALUES (1, 'p')")  # Python checks it: the point route
+        a.execute("INSERT INTO t VALUES (3, 'q', NULL)")  # a TIMESTAMP column: the batch route
+        for relation in ("w", "t"):
+            b.merge(a.changes(since=cursor, relations=[relation]).to_bytes())
+        assert b.execute("SELECT * FROM w") == [(1, "p")] and b.execute("SELECT * FROM pv ORDER BY ALL") == [("q",), ("z",)]
         print("pandas" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

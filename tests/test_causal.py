@@ -7,17 +7,20 @@ from __future__ import annotations
 import pytest
 
 import crr
-from tests.conftest import app, aug
+from tests.conftest import app, aug, general_merges
 from tests.test_point import _statements
 
 KEY_WIDE = "GROUP BY kh"  # a phrase of the key-wide MERGE only (crr.causal.keyed_delta_sql)
 
 
 def _merge(dst: crr.Site, src: crr.Site, since: int = 0) -> list[str]:
-    """Merge ``src``'s changes after ``since`` into ``dst``; return the MERGE statements on ``_crr.cl``
-    and the probe of other present versions that the merge ran."""
+    """Merge ``src``'s changes after ``since`` into ``dst`` by the batch pipeline (not as
+    crr.point_merge's one statement); return the MERGE statements on ``_crr.cl`` and the probe of
+    other present versions that the merge ran."""
     cs = src.changes(since=since)
-    ran = _statements(dst, lambda: dst.merge(cs.to_bytes()))
+    with pytest.MonkeyPatch.context() as patch:
+        general_merges(patch)
+        ran = _statements(dst, lambda: dst.merge(cs.to_bytes()))
     return [s for s in ran if "_crr.cl" in s and (s.lstrip().startswith("MERGE") or "cl % 2 = 1" in s)]
 
 
