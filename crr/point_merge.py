@@ -112,8 +112,10 @@ def _u128(raw: bytes) -> int:
 
 _ONE = int64_scalar(1)  # built without pyarrow's pandas probe (crr.arrow_build)
 
-BATCH_ROWS = 20_000
-"""The most rows a merge writes as :func:`received_rows_insert_sql` (more take the general path)."""
+BATCH_ROWS = 1_000_000
+"""The most rows a merge writes as :func:`received_rows_insert_sql` (more take the general path).
+Measured up to it (stop 38): 100k rows into a table with two views, 0.42 against 0.46 s by the
+general path (``crr bench merge``); 1M rows into a table with a join view, 3.7 against 4.0 s."""
 
 
 def received_new_batch(held: list[tuple[Relation, RelationChanges]], cs: Changeset) -> tuple[Relation, RelationChanges] | None:
