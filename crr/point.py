@@ -41,8 +41,8 @@ for every type crr supports: Python's own types would lose infinite dates and ti
 A statement writing more than :data:`POINT_ROWS` rows returns ``None`` from :func:`point_write`
 before writing anything, and the caller takes the batch path.
 
-A merge of a few rows new to the site runs the same new-rows statement
-(:meth:`PointWrite.insert_received`, decided by :mod:`crr.point_merge`).
+A merge of rows new to the site runs the same new-rows statement (:meth:`PointWrite.insert_received`),
+or one built like it (:func:`new_rows_writes_sql`), as :mod:`crr.point_merge` decides.
 """
 
 from __future__ import annotations

@@ -1,23 +1,30 @@
-"""A small merge of rows new to the site, run as the one statement of a local INSERT of new rows.
+"""A merge of rows new to the site, run as one statement built like a local INSERT of new rows.
 
-What a peer sends after an INSERT is a changeset of a few tuples of one replicated table, each with
-its causal-length entry of length 1: the sync service merges one such changeset per write, and a
-cloud site receives them by the thousand. The general path (:func:`crr.merge.plan_merge`, then
+What a peer sends after an INSERT is a changeset of tuples of one replicated table, each with its
+causal-length entry of length 1: the sync service merges one such changeset per write, and a site
+catching up merges larger ones. The general path (:func:`crr.merge.plan_merge`, then
 :meth:`crr.maintain.Maintainer.apply`) runs one statement per step in a transaction: five for a
 table with a join view, plus BEGIN and COMMIT. Such a merge writes exactly what a local INSERT of
 the same rows new to the site writes (entries of length 1, tuples, APP rows, and the views'
-derivations and rows), except that each entry keeps the stamp it came with. So it runs that INSERT's
-one statement (:func:`crr.point.new_rows_insert_sql`, with the views inside it:
-:meth:`crr.maintain.Maintainer.appends`, and the tracked cursor:
-:func:`crr.merge.tracked_cursors_sql`), which writes nothing when the site has an entry of one of
-the keys (unkeyed: ids).
+derivations and rows), except that each entry keeps the stamp it came with. So it runs one
+statement of data-modifying CTEs (:func:`crr.point.new_rows_writes_sql`) with the views inside it
+(:meth:`crr.maintain.Maintainer.appends`) and the tracked cursor
+(:func:`crr.merge.tracked_cursors_sql`), which writes nothing when the site has an entry of one of
+the keys (unkeyed: ids). Two routes:
 
-:func:`received_new_rows` decides, in Python, whether a changeset is one: every check the general
-path makes in SQL on such rows (ids and key hashes recomputed from the values, lengths, stamps at
-most the allowed skew ahead, NOT NULL, one row per key, the Arrow columns those of a changeset the
-site already accepted) holds, or it returns None and the general path runs, which makes those checks
-itself and names what is wrong. The site then takes the general path as well when the statement
-wrote nothing, or when a view cannot be maintained inside it.
+* :func:`received_new_rows`: at most :data:`~crr.point.POINT_ROWS` rows of types whose text Python
+  writes. Python makes every check the general path makes in SQL on such rows (ids and key hashes
+  recomputed from the values, lengths, stamps at most the allowed skew ahead, NOT NULL, one row per
+  id and key), and the statement is the local INSERT's own (:func:`crr.point.new_rows_insert_sql`,
+  prepared, the rows as parameters);
+* :func:`received_new_batch`: up to :data:`BATCH_ROWS` rows of any type. Python checks the shape
+  (one relation, lengths 1, one entry per tuple, one row per id and key) with pyarrow, and the
+  statement (:func:`received_rows_insert_sql`) reads the changeset's Arrow tables through the
+  general path's own SQL checks, which fail it with the general path's messages.
+
+Anything else returns None and the general path runs, which checks the changeset and names what is
+wrong. The site takes the general path as well when the statement wrote nothing, or when a view
+cannot be maintained inside it.
 """
 
 from __future__ import annotations
