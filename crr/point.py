@@ -356,7 +356,7 @@ def _ctes(then: Sequence[CteWrite]) -> list[str]:
     return [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
 
 
-def _cte_values(then: Sequence[CteWrite]) -> list:
+def cte_values(then: Sequence[CteWrite]) -> list:
     """The parameters of a statement's further CTEs, in order."""
     return [value for _, _, values in then for value in values]
 
@@ -409,13 +409,10 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ..
         return None
     rows = []
     for at in params_at:
-        row = []
-        for col, i in zip(columns, at):
-            text = None if i is None else _param_text(col.type, params[i])
-            if text is _NOT_SIMPLE:
-                return None
-            row.append(text)
-        rows.append(tuple(row))
+        row = value_texts(columns, [None if i is None else params[i] for i in at])
+        if row is None:
+            return None
+        rows.append(row)
     return rows
 
 
@@ -480,7 +477,7 @@ class PointWrite:
         Prepared when the application's statement has parameters (then its text repeats; one with
         its values written in may not, and would only fill the cache) and their values allow."""
         sql = delete_sql(rel, statement, qualifier, then)
-        values = [*(params or []), seq, *_cte_values(then)]
+        values = [*(params or []), seq, *cte_values(then)]
         if not params:
             return self._run(sql, values)[0][0]
         return self.prepared.run(self.con, sql, values)[0][0]
@@ -606,7 +603,7 @@ class PointWrite:
         ids = [r.id for r in distinct]
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: the callers refused a repeated key
         params = [p for r, stamp in zip(distinct, stamps) for p in (r.id, r.kh, stamp, seq)] + probe + \
-            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + _cte_values(then)
+            (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + cte_values(then)
         # prepared: binding it costs more than running it (the rows and lookup statements gain
         # nothing from it, measured)
         return self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0]
@@ -670,7 +667,7 @@ class PointWrite:
                 parts.append((app_insert_sql(rel, len(came)), [v for r in came for v in r.values]))
         if parts:
             self.prepared.run(self.con, write_sql([sql for sql, _ in parts], then),
-                              [p for _, params in parts for p in params] + _cte_values(then))
+                              [p for _, params in parts for p in params] + cte_values(then))
         return bool(entries or tuples)
 
 

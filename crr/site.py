@@ -26,7 +26,7 @@ from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.prepared import Prepared
 from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, CteWrite, PointResult, PointWrite, ThenWrites,
-                       added_values_sql, flips_values_sql, param_texts)
+                       added_values_sql, cte_values, flips_values_sql, param_texts)
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer, view_errors, view_query_failed
 from crr.batch_rows import Rows, RowsKind
@@ -792,9 +792,12 @@ class Site:
         nothing, when it is not one, or a view needs the general path."""
         rows = received_new_rows(held, cs, self.max_clock_skew)
         batch = received_new_batch(held, cs) if rows is None else None
-        if rows is None and batch is None:
+        if rows is not None:
+            rel = rows.relation
+        elif batch is not None:
+            rel, received = batch
+        else:
             return None
-        rel = rows.relation if rows is not None else batch[0]  # type: ignore[index]
         derived = self._rels.derived_from(rel.name)
         m = self._maintainer()
         appends = m.appends(rel, derived, NEW_TUPLES) if derived else []
@@ -812,8 +815,8 @@ class Site:
                         unchecked_entries=self._rels.unchecked_entries, then=then)
                     tuples = len(rows.texts)
                 else:
-                    counts = self._insert_received(rel, batch[1], cs, then)  # type: ignore[index]
-                    tuples = batch[1].tuples.num_rows  # type: ignore[index]
+                    counts = self._insert_received(rel, received, cs, then)
+                    tuples = received.tuples.num_rows
         except _ViewFailed:
             return None  # nothing written: the general path names the view
         if counts is None:
@@ -835,7 +838,7 @@ class Site:
             entries = received_entries(self._rels, cl, cs.cl, frozenset({rel.name}), sources, self.max_clock_skew, ())
             assert entries is not None
             sql = received_rows_insert_sql(rel, entries, tuples, self._rels.unchecked_entries, then)
-            counts = self._con.execute(sql, [self._seq + 1, self._seq + 1, *(p for _, _, ps in then for p in ps)]).fetchall()[0]
+            counts = self._con.execute(sql, [self._seq + 1, self._seq + 1, *cte_values(then)]).fetchall()[0]
         finally:
             inputs.close(drop_tables=False)
         return counts if counts[0] else None
