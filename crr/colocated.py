@@ -51,6 +51,7 @@ import sqlglot
 
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
+from crr.cte import CteWrite
 from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql,
                         later_entries_update_sql, without_rivals_sql)
 from crr.sql.compile import IDS
@@ -243,6 +244,29 @@ def app_delete_sql(view: Relation, returned: str) -> str:
             ANTI JOIN (SELECT vid FROM {view.aug('w')}
                        WHERE vis AND vid IN (SELECT vid FROM {returned} WHERE NOT vis)) a ON a.vid = r.vid) d
         WHERE {app_match(view, 'app', 'd')}"""
+
+
+WRITTEN_ROWS = "_crr_w"  # the CTE of the rows the INSERT or UPDATE of $w returned (app_changes_after)
+APP_DELETED = "_crr_app_deleted"
+APP_INSERTED = "_crr_app_inserted"
+
+
+def app_changes_after(view: Relation, entries: ReceivedEntries | None) -> tuple[str, list[CteWrite]]:
+    """The APP changes of the rows a batch's INSERT or UPDATE of ``$w`` returns, as writes run in
+    that statement (:func:`crr.cte.returning_then_sql`), reading its rows as :data:`WRITTEN_ROWS`:
+    :func:`app_delete_sql` (counted as :data:`APP_DELETED`), then :func:`app_insert_sql`
+    (:data:`APP_INSERTED`), each only where the batch's ``entries`` let the rows need it. The
+    INSERT of first inserts (every length 1) writes visible rows, and rows without entries, which
+    change no view tuple's membership: no deletes. Deletes (every length even) write invisible
+    rows: no inserts. Each write re-reads ``in?`` of the view tuples of the rows it reads, so
+    running them again over rows a MERGE wrote afterwards changes only the tuples of those rows."""
+    gone = (APP_DELETED, app_delete_sql(view, WRITTEN_ROWS) + " RETURNING 1", [])
+    new = (APP_INSERTED, app_insert_sql(view, WRITTEN_ROWS) + " RETURNING 1", [])
+    if entries is not None and entries.first_lengths:
+        return WRITTEN_ROWS, [new]
+    if entries is not None and entries.deletions_only:
+        return WRITTEN_ROWS, [gone]
+    return WRITTEN_ROWS, [gone, new]
 
 
 # -- reading: changes, provenance, counters ---------------------------------------------------------

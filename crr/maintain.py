@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
-from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -54,6 +53,7 @@ from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_mat
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
+from crr.cte import CteWrite, returning_then_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
@@ -62,8 +62,6 @@ from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_s
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
 
-if TYPE_CHECKING:  # crr.point imports crr.writes, which imports this module
-    from crr.point import CteWrite
 
 # the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
 # (longer ones, or unknown lengths, are unnested: see holding_flipped_sql)
@@ -295,6 +293,25 @@ def _one_row_per_id(first: pa.Table, then: pa.Table) -> pa.Table:
     return pa.concat_tables([kept, then])
 
 
+Follow = tuple[str, Sequence[CteWrite]]
+"""Writes run in the statement that writes a home's entries, reading its returned rows by the name
+given first (see :meth:`Maintainer._write_entries`)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a batch's statements wrote into one home of entries (:meth:`Maintainer._write_entries`)."""
+
+    rows: pa.Table  # the rows written, one per id
+    followed: dict[str, int] = field(default_factory=dict)  # rows returned by each followed write
+    complete: bool = False  # the followed writes ran, and read every row written
+
+    def merged(self, then: pa.Table) -> Written:
+        """These rows with a later statement's (``then``) in place of theirs for the ids it wrote: the
+        followed writes did not read ``then``."""
+        return Written(_one_row_per_id(self.rows, then), self.followed, complete=self.complete and then.num_rows == 0)
+
+
 def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
     """Apply membership changes (see :func:`members_merge_sql`) in one MERGE; return (inserted, deleted)."""
     actions = con.execute(members_merge_sql(rel, changes_sql, "merge_action")).fetchall()
@@ -510,7 +527,7 @@ class Maintainer:
             merged = self._write_entries(received, CL, None, None,
                                          lambda: first_entries_insert_sql(received, self.seq, probe),
                                          lambda: cl_update_sql(received, self.seq),
-                                         lambda single: cl_merge_sql(received, self.seq, single))
+                                         lambda single: cl_merge_sql(received, self.seq, single)).rows
             self.result.cl_changed = merged.num_rows
             self.new_entries = merged.filter(bool_column(merged.column("new_entry").combine_chunks())).column("id")
             written.append(merged.select(["id", "rel", "vis"]))
@@ -537,7 +554,7 @@ class Maintainer:
         returned = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
                                        lambda: replica.first_insert_sql(rel, part, self.seq),
                                        lambda: replica.update_sql(rel, part, self.seq),
-                                       lambda single: replica.merge_sql(rel, part, self.seq, single))
+                                       lambda single: replica.merge_sql(rel, part, self.seq, single)).rows
         grew = pc.and_(pc.equal(returned.column("seq"), self._seq_scalar), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), self._seq_scalar)).select(["id"])
@@ -559,7 +576,7 @@ class Maintainer:
 
     def _write_entries(self, entries: ReceivedEntries | None, home: EntryHome, tuples: Rows | None,
                        values: str | None, insert: Callable[[], str], update: Callable[[], str],
-                       merge: Callable[[bool], str]) -> pa.Table:
+                       merge: Callable[[bool], str], follow: Follow | None = None) -> Written:
         """Write a batch's entries (and the tuples it brings the home, ``tuples``) into ``home``; return
         the rows written, one per id. ``insert``, ``update`` and ``merge`` build the home's three
         statements (``merge`` given its form: parity when the rival count finds no other present
@@ -570,19 +587,33 @@ class Maintainer:
         :func:`crr.causal.takes_later_update`); the MERGE runs after either only when it left
         something (:meth:`_left_over`), and then its row for an id replaces the first statement's
         (the UPDATE writes no values, so the MERGE may write a row again for its tuple's values).
-        The count runs only when the MERGE does, or to decide on the UPDATE."""
+        The count runs only when the MERGE does, or to decide on the UPDATE.
+
+        ``follow``: writes that read the rows the INSERT or UPDATE returns, under the name it gives,
+        and run in the same statement (:func:`crr.cte.returning_then_sql`); the result says how many
+        rows each returned, and whether they saw every row written (no MERGE ran after)."""
+        def first(sql: str) -> Written:
+            if follow is None:
+                return Written(arrow_rows(self.con, sql))
+            name, then = follow
+            assert not any(values for _, _, values in then), "a followed write takes no parameters"
+            rows = arrow_rows(self.con, returning_then_sql(name, sql, then))
+            names = [n for n, _, _ in then]
+            counts = {n: (rows.column(n)[0].as_py() if rows.num_rows else 0) for n in names}
+            return Written(rows.drop_columns(names), counts, complete=True)
+
         if entries is not None and takes_first_insert(entries):
-            written = arrow_rows(self.con, insert())
-            if not self._left_over(entries, written, tuples, None):
+            written = first(insert())
+            if not self._left_over(entries, written.rows, tuples, None):
                 return written
-            return _one_row_per_id(written, arrow_rows(self.con, merge(self._single_versions(entries, home))))
+            return written.merged(arrow_rows(self.con, merge(self._single_versions(entries, home))))
         single = entries is not None and self._single_versions(entries, home)
         if entries is not None and takes_later_update(entries, single):
-            written = arrow_rows(self.con, update())
-            if not self._left_over(entries, written, tuples, values):
+            written = first(update())
+            if not self._left_over(entries, written.rows, tuples, values):
                 return written
-            return _one_row_per_id(written, arrow_rows(self.con, merge(single)))
-        return arrow_rows(self.con, merge(single))
+            return written.merged(arrow_rows(self.con, merge(single)))
+        return Written(arrow_rows(self.con, merge(single)))
 
     def _left_over(self, entries: ReceivedEntries, written: pa.Table, tuples: Rows | None, values: str | None) -> bool:
         """After a first-insert INSERT or a later-lengths UPDATE (``written``: the rows it returned),
@@ -709,7 +740,10 @@ class Maintainer:
     # 3b. co-located views ----------------------------------------------------------------------
     def _apply_colocated(self, part: colocated.ColocatedBatch) -> None:
         """Merge a co-located view's share of the batch: its source's entries and the derivations of
-        its source's tuples in one MERGE, then its APP changes (see :mod:`crr.colocated`)."""
+        its source's tuples, then its APP changes (see :mod:`crr.colocated`). A batch of first
+        inserts or of deletes is one statement: the INSERT or UPDATE of ``$w`` and the APP changes
+        reading the rows it returned (:func:`colocated.app_changes_after`); the APP statements run
+        on their own only after the MERGE (a batch the INSERT or UPDATE did not cover)."""
         view, source = self.rels[part.view], self.rels[part.source]
         derivations = None
         if part.tuples is not None:
@@ -717,16 +751,22 @@ class Maintainer:
             if key not in self.sql_cache:  # (the flag is _run_view's "one plan over base tuples"; unused here)
                 self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
-        returned = self._write_entries(part.entries, colocated.home(view, source.name), part.tuples, "vid",
-                                       lambda: colocated.first_insert_sql(view, part, derivations, self.seq),
-                                       lambda: colocated.update_sql(view, part, derivations, self.seq),
-                                       lambda single: colocated.merge_sql(view, part, derivations, self.seq, single))
+        written = self._write_entries(part.entries, colocated.home(view, source.name), part.tuples, "vid",
+                                      lambda: colocated.first_insert_sql(view, part, derivations, self.seq),
+                                      lambda: colocated.update_sql(view, part, derivations, self.seq),
+                                      lambda single: colocated.merge_sql(view, part, derivations, self.seq, single),
+                                      colocated.app_changes_after(view, part.entries))
+        counts = self.counts(view.name)
+        counts.deleted += written.followed.get(colocated.APP_DELETED, 0)
+        counts.inserted += written.followed.get(colocated.APP_INSERTED, 0)
+        returned = written.rows
         if returned.num_rows == 0:
             return
         seq = pc.equal(returned.column("seq"), self._seq_scalar)
         self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), _ZERO))).as_py() or 0
-        counts = self.counts(view.name)
         counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), self._seq_scalar)).as_py() or 0
+        if written.complete:
+            return
         derived = pc.is_valid(returned.column("vid"))
         visible = bool_column(returned.column("vis").combine_chunks())
         slot = self._register(f"_crr_w_{view.name}", returned)

@@ -56,6 +56,7 @@ import pyarrow as pa
 
 from crr.arrow_build import bools, strings
 from crr.catalog import SCHEMA, Relation
+from crr.cte import CteWrite, cte_values, ctes
 from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
@@ -67,7 +68,6 @@ POINT_ROWS = 64  # largest number of written rows the point path takes
 # a further statement of a one-statement write, run as a CTE after the write's own: (name, SQL,
 # parameters), the maintenance of the relations reading the table (crr.maintain.Maintainer.appends,
 # removals, rewrites) and its inputs
-CteWrite = tuple[str, str, list]
 # given a write's flips (id, visible now), added rows (id, values as text) and whether all of those
 # are new to the table, the statements that maintain the relations reading it (PointWrite.write)
 ThenWrites = Callable[[list[tuple[int, bool]], list[tuple[int, tuple[str | None, ...]]], bool], Sequence[CteWrite]]
@@ -268,7 +268,7 @@ def new_rows_writes_sql(rel: Relation, entries: str, tuples: str, then: Sequence
     if not then:
         return head + app
     counts = ", ".join(f"(SELECT count(*) FROM {name})" for name in ["app", *(name for name, _, _ in then)])
-    return head + f", app AS ({app} RETURNING 1), " + ", ".join(_ctes(then)) + f" SELECT {counts}"
+    return head + f", app AS ({app} RETURNING 1), " + ", ".join(ctes(then)) + f" SELECT {counts}"
 
 
 def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[CteWrite] = ()) -> str:
@@ -289,7 +289,7 @@ def delete_sql(rel: Relation, statement: str, qualifier: str, then: Sequence[Cte
     probe = (key_hash_sql(rel.name, rel.key_columns, quote_ident(qualifier))
              if rel.key else tuple_id_sql(rel.name, list(rel.columns), quote_ident(qualifier)))
     grown = " RETURNING id" if then else ""
-    more = "".join(f", {cte}" for cte in _ctes(then))
+    more = "".join(f", {cte}" for cte in ctes(then))
     return (f"WITH gone AS ({statement} RETURNING {probe} AS probe), "
             f"{GROWN_ENTRIES} AS (UPDATE {SCHEMA}.cl SET cl = cl + 1, vis = false, seq = ? "
             f"WHERE rel = {quote_str(rel.name)} AND {_probe_column(rel)} IN (SELECT probe FROM gone) "
@@ -349,18 +349,6 @@ def app_update_sql(rel: Relation) -> str:
     return f"UPDATE {rel.app} SET {sets} WHERE {_app_row_match(rel)}"
 
 
-def _ctes(then: Sequence[CteWrite]) -> list[str]:
-    """The ``name AS (sql)`` of each of a statement's further CTEs (``then``, :func:`write_sql`); a
-    SELECT among them is computed once, where it stands (``MATERIALIZED``): it sees the writes before
-    it, not those after, and DuckDB sizes the joins that read it by its rows."""
-    return [f"{name} AS {'MATERIALIZED ' if sql.lstrip().startswith('SELECT') else ''}({sql})" for name, sql, _ in then]
-
-
-def cte_values(then: Sequence[CteWrite]) -> list:
-    """The parameters of a statement's further CTEs, in order."""
-    return [value for _, _, values in then for value in values]
-
-
 def write_sql(parts: Sequence[str], then: Sequence[CteWrite] = ()) -> str:
     """``Statement.WRITE``: the :class:`Part` statements a write needs, run as one statement in the
     order given, with the effect of running them one after another: each but the last is a
@@ -370,11 +358,11 @@ def write_sql(parts: Sequence[str], then: Sequence[CteWrite] = ()) -> str:
     ``then``: further statements ``(name, sql, parameters)`` after the parts, as CTEs of the same
     statement (then every part is one): the maintenance of the relations that read the table
     (:meth:`crr.maintain.Maintainer.rewrites`) and its inputs, :func:`flips_values_sql` and
-    :func:`added_values_sql`; a SELECT among them is computed once, where it stands (:func:`_ctes`).
+    :func:`added_values_sql`; a SELECT among them is computed once, where it stands (:func:`crr.cte.ctes`).
     Their parameters follow the parts'."""
     if then:
-        ctes = [f"part{i} AS ({sql})" for i, sql in enumerate(parts)] + _ctes(then)
-        return "WITH " + ", ".join(ctes) + " SELECT 1"
+        named = [f"part{i} AS ({sql})" for i, sql in enumerate(parts)] + ctes(then)
+        return "WITH " + ", ".join(named) + " SELECT 1"
     *first, last = parts
     if not first:
         return last

@@ -41,7 +41,8 @@ from crr.causal import ReceivedEntries, checked_entries_sql
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.id_sets import all_in, id_storage
 from crr.merge import max_stamp
-from crr.point import POINT_ROWS, CteWrite, key_positions, new_rows_writes_sql, texts_writable, value_texts
+from crr.cte import CteWrite
+from crr.point import POINT_ROWS, key_positions, new_rows_writes_sql, texts_writable, value_texts
 from crr.types import key_hash_of_texts, quote_str, tuple_id_of_texts
 
 

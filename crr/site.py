@@ -25,8 +25,9 @@ from crr.clock import HybridClock
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
                         SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
 from crr.prepared import Prepared
-from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, CteWrite, PointResult, PointWrite, ThenWrites,
-                       added_values_sql, cte_values, flips_values_sql, param_texts)
+from crr.cte import CteWrite, cte_values
+from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
+                       added_values_sql, flips_values_sql, param_texts)
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, BatchResult, Maintainer, view_errors, view_query_failed
 from crr.batch_rows import Rows, RowsKind
