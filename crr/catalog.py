@@ -210,7 +210,7 @@ class Relation:
 class Catalog(Mapping[str, Relation]):
     """An immutable snapshot of the relations a site holds, in creation order (name -> Relation).
 
-    A site replaces its snapshot only when a transaction commits (see ``Site._stage``); the ``with_``
+    A site replaces its snapshot only when a transaction commits (see :meth:`crr.site_state.SiteState.stage`); the ``with_``
     and ``without`` methods return new snapshots and never change this one.
     """
 

@@ -475,7 +475,7 @@ class Maintainer:
             rel = self.rels[r]
             name = f"_crr_all_{r}"
             if not rel.stored:
-                continue  # a source keeping nothing has received nothing yet (see Site._sources_to_store)
+                continue  # a source keeping nothing has received nothing yet (see crr.catalog.Catalog.sources_to_store)
             if rel.is_base:
                 self.temp(name, f"SELECT id, {cols_sql(rel)} FROM {rel.aug('t')}")
                 self.new_base[r] = temp_table(name)

@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 import crr
-from crr import site as site_module
+from crr import site_merge
 from crr.types import quote_str
 
 
@@ -21,8 +21,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def general_merges(patch: pytest.MonkeyPatch) -> None:
     """Make every merge take the general path (the batch pipeline): turn off crr.point_merge's
     one-statement merges of rows new to the site, both routes."""
-    patch.setattr(site_module, "received_new_rows", lambda *args: None)
-    patch.setattr(site_module, "received_new_batch", lambda *args: None)
+    patch.setattr(site_merge, "received_new_rows", lambda *args: None)
+    patch.setattr(site_merge, "received_new_batch", lambda *args: None)
 
 
 def app(site: crr.Site, rel: str) -> list[tuple]:

@@ -155,7 +155,7 @@ def test_point_write_failure_midway_rolls_back(monkeypatch, views: bool, write: 
         sql = original(*args)
         assert sql.startswith("WITH ") and ("tuples" in sql or "part1" in sql), sql
         # ("crr: " as crr's own checks say: a view's query failing instead would send the write to the
-        # general path, crr.site.Site._insert_new_rows)
+        # general path, crr.site_dml.run_dml)
         return sql + (" WHERE " if write == "insert" else " AND ") + "error('crr: injected failure in the APP part') IS NULL"
 
     monkeypatch.setattr(point, builder, failing)

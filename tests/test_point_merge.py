@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import crr
 from crr import point_merge
-from crr import site as site_module
+from crr import site_merge
 from crr.changeset import Changeset
 from crr.types import Column, tuple_id_sql
 from tests.conftest import app, general_merges
@@ -115,7 +115,7 @@ def _route(name: str) -> Iterator[None]:
     """Merges of new rows take the ``point`` route where it applies, or always the ``batch`` one."""
     with pytest.MonkeyPatch.context() as patch:
         if name == "batch":
-            patch.setattr(site_module, "received_new_rows", lambda *args: None)
+            patch.setattr(site_merge, "received_new_rows", lambda *args: None)
         yield
 
 
@@ -272,7 +272,7 @@ def test_the_cursor_is_not_recorded_when_the_statement_wrote_nothing(monkeypatch
     def failing(*args, **kwargs):
         raise crr.ChangesetError("injected failure of the general path")
 
-    monkeypatch.setattr(site_module, "plan_merge", failing)
+    monkeypatch.setattr(site_merge, "plan_merge", failing)
     with pytest.raises(crr.ChangesetError, match="injected"):
         dst.merge(cs, track=True)
     assert dst.peer_cursor("src", "t") == cursor

@@ -1,0 +1,191 @@
+"""crr DDL at a site: CREATE REPLICATED/REMOTE TABLE, CREATE REMOTE SOURCE, CREATE MATERIALIZED VIEW, DROP.
+
+Each runs in one transaction (:meth:`crr.site_state.SiteState.transaction`) that writes the
+relation's tables and its catalog row and stages the catalog snapshot it commits. A new view is
+compiled (:func:`compile_tree`: its delta plans, and for an aggregate view its spec) and filled from
+the current AUG state of its inputs in the same transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from crr import colocated, replica
+from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
+from crr.aggregate import create_sql as aggregate_create_sql
+from crr.catalog import (APP_TABLE_EXISTS_SQL, KIND_TEXT, NEXT_POSITION_SQL, RELATION_DELETE_SQL, STORED_UPDATE_SQL,
+                         Relation, aug_ddl, describe_query_sql, drop_ddl, relation_insert_sql, relation_row,
+                         stand_in_drop_sql, stand_in_view_sql)
+from crr.causal import relation_entries_delete_sql
+from crr.errors import CatalogError, UnsupportedSqlError
+from crr.maintain import view_errors
+from crr.site_dml import run_other
+from crr.site_state import SiteState, translated_errors
+from crr.sql.compile import compile_view
+from crr.sql.statements import CreateTable, CreateView, Drop, Other, RelationKind, parse_one
+from crr.types import Column, type_family, type_probe_sql
+
+
+def kind_text(kind: RelationKind | None) -> str:
+    """How an error message names a kind of relation."""
+    return KIND_TEXT.get(kind, "relation") if kind is not None else "relation"
+
+
+def compile_definition(state: SiteState, name: str, sql: str) -> tuple[Any, AggregateSpec | None]:
+    """Compile a stored view definition (see :func:`compile_tree`)."""
+    return compile_tree(state, name, parse_one(sql))
+
+
+def compile_tree(state: SiteState, name: str, tree) -> tuple[Any, AggregateSpec | None]:
+    """Compile a view query: its delta plan, and for an aggregate view its spec (the plan is then
+    its core's; see :mod:`crr.aggregate`)."""
+    def columns(r: str):
+        rel = state.rels.get(r)
+        if rel is not None and rel.aggregate is not None:
+            raise UnsupportedSqlError(f"materialized views do not support reading aggregate view {r}; "
+                                      "declare the view over the aggregate's inputs instead")
+        return [(c.name, c.type) for c in rel.columns] if rel else None
+
+    def describe(sql: str):
+        # remote sources have no APP table: stand in empty typed views while DuckDB types the query
+        sources = [r for r in state.rels.values() if r.kind is RelationKind.SOURCE]
+        for r in sources:
+            state.con.execute(stand_in_view_sql(r))
+        try:
+            with translated_errors():
+                return [(r[0], r[1]) for r in state.con.execute(describe_query_sql(sql)).fetchall()]
+        finally:
+            for r in sources:
+                state.con.execute(stand_in_drop_sql(r))
+
+    if is_aggregate(tree):
+        spec = analyse_aggregate(name, tree, columns, describe)
+        return compile_view(name, spec.core, columns, describe), spec
+    return compile_view(name, tree, columns, describe), None
+
+
+def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
+    """CREATE REPLICATED TABLE, CREATE REMOTE TABLE or CREATE REMOTE SOURCE."""
+    if _name_taken(state, stmt.name, stmt.if_not_exists):
+        return []
+    with state.transaction():
+        create, describe, drop = type_probe_sql([(c.name, c.type_sql) for c in stmt.columns])
+        with translated_errors():
+            state.con.execute(create)
+        described = state.con.execute(describe).fetchall()
+        state.con.execute(drop)
+        columns = [Column(r[0], r[1]) for r in described]
+        for c in columns:
+            type_family(c.type)
+        rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
+                       key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
+                       not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
+                       stored=stmt.kind is not RelationKind.SOURCE)
+        _add_relation(state, rel)
+        state.stage(state.rels.with_(rel))
+    return []
+
+
+def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:
+    """CREATE MATERIALIZED VIEW: compiled, declared and filled in one transaction."""
+    if _name_taken(state, stmt.name, stmt.if_not_exists):
+        return []
+    plan, spec = compile_tree(state, stmt.name, stmt.query)
+    columns = [Column(n, t) for n, t in plan.columns]
+    for c in columns:
+        type_family(c.type)
+    # Monomials of a join of replicated tables have a known length; views over remote tables or
+    # views start narrow and are marked wide when a longer monomial first arrives.
+    width = plan.width(lambda r: 1 if state.rels[r].is_base else None)
+    rel = Relation(name=stmt.name, kind=RelationKind.VIEW, columns=columns, definition=stmt.sql, plan=plan,
+                   wide=width is not None and width > 1, aggregate=spec)
+    to_store = state.rels.sources_to_store(plan)
+    rel = dataclasses.replace(rel, colocated=colocated.eligible(state.rels, rel))
+    with state.transaction():
+        state.uncolocate(state.rels.with_(rel))  # a view over a co-located view or its source
+        for source in to_store:
+            _create_aug(state, source)
+            state.con.execute(STORED_UPDATE_SQL, [source.name])
+        _add_relation(state, rel)
+        if spec is not None:
+            for ddl in aggregate_create_sql(spec, plan.columns):
+                state.con.execute(ddl)
+        state.stage(state.rels.with_(*to_store, rel))
+        _populate(state, rel)
+        state.save_counters()
+    return []
+
+
+def drop(state: SiteState, stmt: Drop, sql: str) -> list[tuple]:
+    """DROP of a crr relation (a plain DROP TABLE or DROP VIEW of anything else runs as it is)."""
+    rel = state.rels.get(stmt.name)
+    if rel is None:
+        if stmt.kind is None:  # plain DROP TABLE / DROP VIEW of a non-crr object
+            return run_other(state, Other(sql=sql, tree=None, read_only=True), None)
+        if stmt.if_exists:
+            return []
+        raise CatalogError(f"no {kind_text(stmt.kind)} named {stmt.name} at this site")
+    state.rels.check_drop(rel, stmt.kind, stmt.plain)
+    with state.transaction():
+        if rel.colocated:  # its source's entries stay, in _crr.cl, as they would in the standard layout
+            state.uncolocate(state.rels, [rel])
+            rel = state.rels[rel.name]
+        remaining: set[str] = set()
+        for other in state.rels.values():
+            if other.name != rel.name:
+                remaining |= state.rels.lineage(other.name)
+        if rel.replica and rel.name in remaining:  # its entries stay, in _crr.cl, for the relations holding it
+            state.con.execute(replica.keep_entries_sql(rel))
+            state.note_unchecked_entries()
+        for ddl in drop_ddl(rel):
+            state.con.execute(ddl)
+        state.con.execute(RELATION_DELETE_SQL, [rel.name])
+        for base in set(state.rels.lineage(rel.name)) - remaining:
+            state.con.execute(relation_entries_delete_sql(), [base])
+        state.save_counters()  # the rows dropped may have held the largest sequence number
+        state.stage(state.rels.without(rel.name))
+    state.widths.pop(rel.name, None)
+    return []
+
+
+def _name_taken(state: SiteState, name: str, if_not_exists: bool) -> bool:
+    """True if ``name`` is a crr relation and IF NOT EXISTS was given; raise if it is taken otherwise."""
+    if name in state.rels or state.con.execute(APP_TABLE_EXISTS_SQL, [name]).fetchall()[0][0]:
+        if if_not_exists and name in state.rels:
+            return True
+        raise CatalogError(f"a relation or table named {name} already exists at this site; "
+                           "DROP it first or pick another name")
+    return False
+
+
+def _create_aug(state: SiteState, rel: Relation) -> None:
+    """Create a relation's AUG and APP tables; a replica takes in the entries ``_crr.cl`` kept for
+    its name (a source a join starts keeping, or a relation declared again after a drop: see
+    :mod:`crr.replica`)."""
+    for ddl in aug_ddl(rel):
+        state.con.execute(ddl)
+    if rel.replica:
+        for stmt in replica.adopt_sql(rel):
+            state.con.execute(stmt)
+
+
+def _add_relation(state: SiteState, rel: Relation) -> None:
+    _create_aug(state, rel)
+    pos = state.con.execute(NEXT_POSITION_SQL).fetchall()[0][0]
+    state.con.execute(relation_insert_sql(), relation_row(rel, pos))
+
+
+def _populate(state: SiteState, view: Relation) -> None:
+    """Fill a new view from the current AUG state of its inputs."""
+    m = state.maintainer()
+    try:
+        with view_errors(view.name):  # the query failing on the data held: refused by name
+            m.populate(view)
+    except BaseException:
+        m.release()  # the transaction rolls back, its temp tables with it
+        raise
+    m.cleanup(force=True)
+    state.stage_marked(m)
+    if m.result.changed:
+        state.bump()

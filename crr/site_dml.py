@@ -1,0 +1,266 @@
+"""Writes at a site, and the application's other SQL.
+
+DML on a replicated table (:func:`run_dml`) takes the cheapest of four routes that can do it, each
+its own transaction:
+
+1. rows new to the site, with the maintenance of the relations reading the table: one statement
+   (:meth:`crr.point.PointWrite.insert_new`, with :meth:`crr.maintain.Maintainer.appends`);
+2. a DELETE, with the views' removals: one statement (:meth:`crr.point.PointWrite.delete`, with
+   :meth:`crr.maintain.Maintainer.removals`);
+3. a small write (:data:`crr.point.POINT_ROWS` rows): reads, then one writing statement with the
+   views' maintenance inside it (:meth:`crr.point.PointWrite.write`,
+   :meth:`crr.maintain.Maintainer.rewrites`);
+4. the general path: the write as a batch (:func:`crr.writes.prepare_write`,
+   :func:`crr.writes.prepare_update`) through the maintainer, in one transaction.
+
+A route that cannot take the write writes nothing and hands it on. :func:`insert_many` takes the
+general path's batch. Any other SQL (:func:`run_other`) runs as it is, unless it would change a crr
+relation outside crr.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from crr.batch_rows import Rows, RowsKind
+from crr.catalog import KIND_TEXT, SCHEMA, Relation
+from crr.causal import LocalEntries
+from crr.changeset import check_duckdb_values
+from crr.cte import CteWrite
+from crr.errors import (CatalogError, ChangesetError, ReadOnlyRelationError, SqlError, TypeMismatchError,
+                        UnsupportedSqlError)
+from crr.id_sets import ids_arrow
+from crr.maintain import Batch, Maintainer
+from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
+                       added_values_sql, flips_values_sql, param_texts)
+from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
+from crr.sql import dml
+from crr.sql.statements import Dml, DmlKind, Other, RelationKind, fold_identifier
+from crr.writes import prepare_update, prepare_write
+
+POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
+
+
+def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
+    """Run SQL that is not crr's (a query, or DDL and DML on the application's own tables); refuse
+    what would read a remote source, which has no table here, or change a crr relation."""
+    rels = state.rels
+    for t in stmt.tables:
+        if t in rels and rels[t].kind is RelationKind.SOURCE:
+            raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
+                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
+    if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
+        touched = {t for t in stmt.writes if t in rels or t == f"{SCHEMA}."}
+        if touched:
+            raise UnsupportedSqlError(
+                f"this statement would change {', '.join(sorted(touched))} outside crr; crr relations "
+                "change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP of crr DDL")
+    with translated_errors():
+        cur = state.con.execute(stmt.sql, params) if params else state.con.execute(stmt.sql)
+        try:
+            return cur.fetchall()
+        except duckdb.InvalidInputException:
+            return []
+
+
+def writable(state: SiteState, name: str) -> Relation:
+    """The replicated table ``name``; an error naming what it is when it is another relation."""
+    rel = state.rels.get(name)
+    if rel is None:
+        raise CatalogError(f"no replicated table named {name} at this site")
+    if not rel.is_base:
+        raise ReadOnlyRelationError(
+            f"{name} is a {KIND_TEXT.get(rel.kind, 'relation')} and cannot be written here; "
+            + ("its contents follow its query" if rel.kind is RelationKind.VIEW else
+               "it only feeds this site's views" if rel.kind is RelationKind.SOURCE else
+               "it changes only by merging changesets from the sites that hold it"))
+    return rel
+
+
+def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
+    """INSERT, UPDATE or DELETE: on a replicated table by the routes of the module docstring; on an
+    application's own table as it is. Returns ``[(rows affected,)]``."""
+    if stmt.target not in state.rels:
+        if stmt.target.startswith("_crr") or (stmt.tree.this and getattr(stmt.tree.this, "db", "") == SCHEMA):
+            raise UnsupportedSqlError("crr's internal tables cannot be written directly")
+        return run_other(state, Other(sql=stmt.tree.sql("duckdb"), tree=stmt.tree, read_only=True), params)
+    rel = writable(state, stmt.target)
+    columns = [(c.name, c.type) for c in rel.columns]
+    rq = state.rewritten.get(id(stmt))
+    if rq is None:
+        rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
+                   DmlKind.DELETE: dml.delete_rows}[stmt.kind]
+        rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
+    given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
+    source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
+    assert source is not None
+    point_write = PointWrite(state.con, state.prepared)
+
+    def write(new_tried: bool = False, then: ThenWrites | None = None) -> PointResult | None:
+        with translated_errors(), views_inside(then is not None):
+            return point_write.write(rel, source, old=stmt.kind is not DmlKind.INSERT,
+                                     new=stmt.kind is not DmlKind.DELETE, params=params, clock=state.clock,
+                                     seq=state.seq + 1, given=given,
+                                     unchecked_entries=state.rels.unchecked_entries, new_tried=new_tried,
+                                     then=then)
+
+    derived = state.rels.derived_from(rel.name)  # the relations reading the table
+    m = state.maintainer() if derived else None  # builds their statements for this write
+    new_tried = False  # whether the one statement of rows new to the site ran (and wrote nothing)
+    general = False  # whether a view failed inside a write's one statement: the general path names it
+    appends = m.appends(rel, derived, NEW_TUPLES) if m is not None and given is not None else None
+    if given is not None and (appends is not None or not derived):
+        # 1. rows new to the site, with the maintenance of the relations reading the table if any:
+        # one statement, no lookup, its own transaction (DuckDB commits it on its own)
+        state.check_open()
+        new_tried = True
+        try:
+            with translated_errors(), views_inside(bool(appends)):
+                point = point_write.insert_new(rel, given, state.clock, state.seq + 1,
+                                               unchecked_entries=state.rels.unchecked_entries, then=appends or ())
+        except ViewFailed:
+            point, general = None, True  # nothing written
+        if point is not None:
+            if point.changed:
+                state.bump()
+            return [(point.count,)]
+    if stmt.kind is DmlKind.DELETE and rq.delete is not None and not isinstance(params, dict):
+        removals = m.removals(rel, derived, GROWN_ENTRIES) if m is not None else []
+        if removals is not None:
+            # 2. the APP rows, the entries of their keys and the views' rows they held: one
+            # statement, any number of rows, its own transaction
+            state.check_open()
+            with translated_errors():
+                count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, state.seq + 1,
+                                           then=removals)
+            if count:
+                state.bump()
+            return [(count,)]
+    then = _rewrites(m, rel, derived) if m is not None and not general else None
+    if not derived or then is not None:
+        # 3. The point path's one writing statement (with the maintenance of the relations reading
+        # the table, ``then``) is its own transaction (DuckDB commits it on its own), and the
+        # reads before it see the state it changes, as nothing else writes through this site's
+        # connection in between.
+        state.check_open()
+        try:
+            point = write(new_tried=new_tried, then=then)
+        except ViewFailed:  # nothing written
+            general = True
+        else:
+            if point is not None:
+                if point.changed:
+                    state.bump()
+                return [(point.count,)]
+            derived = []  # more rows than the point path takes: the batch path below
+    # 4. the general path
+    with state.transaction():
+        point = write(new_tried=new_tried) if derived else None
+        if point is not None:  # a small write (else it takes the batch path below)
+            if point.changed:
+                _maintain_point(state, rel, point)
+            return [(point.count,)]
+        if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
+            assert rq.new is not None
+            with translated_errors():
+                batch, count = prepare_update(state.con, rel, f"({rq.new})", state.clock, params,
+                                              unchecked_entries=state.rels.unchecked_entries)
+            state.apply(batch)
+        elif stmt.kind is DmlKind.INSERT:
+            count = _write(state, rel, None, f"({rq.new})", params)
+        else:
+            count = _write(state, rel, f"({rq.old})", None, params)
+    return [(count,)]
+
+
+def insert_many(state: SiteState, table: str, rows: Any) -> int:
+    """Bulk-insert rows into a replicated table in one transaction (see :meth:`crr.site.Site.insert_many`)."""
+    state.check_open()
+    rel = writable(state, fold_identifier(table))
+    names = rel.column_names
+    if isinstance(rows, pa.Table):
+        data = rows
+    elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+        data = pa.Table.from_pandas(rows, preserve_index=False)
+    else:
+        rows = list(rows)
+        if any(len(r) != len(names) for r in rows):
+            raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values ({', '.join(names)})")
+        if not rows:
+            return 0
+        data = pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))})
+    given = [fold_identifier(c) for c in data.column_names]
+    if sorted(given) == sorted(names):
+        pick = {n: given.index(n) for n in names}
+    elif len(given) == len(names):
+        pick = {n: i for i, n in enumerate(names)}
+    else:
+        raise SqlError(f"insert_many into {rel.name}: got columns {data.column_names}, expected {names}")
+    for name, col in zip(data.column_names, data.columns):
+        try:  # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
+            check_duckdb_values(col, f"column {name}")
+        except ChangesetError as e:
+            raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).split(': ', 1)[1]}; "
+                                    "nothing was written") from None
+    data = data.rename_columns([f"g{i}" for i in range(len(given))])
+    casts = ", ".join(f"CAST(g{pick[c.name]} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
+    with state.transaction():
+        bulk = state.slots.put("_crr_bulk", data)
+        try:
+            batch, _ = _prepare(state, rel, None, f"(SELECT {casts} FROM {bulk})")
+        finally:
+            state.slots.release(bulk)
+        state.apply(batch)
+    return data.num_rows
+
+
+def _maintain_point(state: SiteState, rel: Relation, point: PointResult) -> None:
+    """Maintain the relations deriving from ``rel`` after a point write changed it. Its flips and
+    added rows are read from one Arrow slot."""
+    state.slots.put(POINT_TABLE, point.as_arrow(rel))
+    try:
+        batch = Batch(local=LocalEntries(rel.name, len(point.flips), None), local_write=True,
+                      applied_flips=Rows(POINT_TABLE, RowsKind.POINT_FLIPS), applied_flips_arrow=point.flips_arrow(rel),
+                      applied_fresh=ids_arrow(point.fresh))
+        if point.added:
+            batch.base[rel.name] = Rows(POINT_TABLE, RowsKind.POINT_ADDED)
+            if len(point.fresh) == len(point.added):  # every added row is new to the table
+                batch.fresh = frozenset({rel.name})
+        state.apply(batch, changed=True)
+    finally:
+        state.slots.release(POINT_TABLE)
+
+
+def _rewrites(m: Maintainer, rel: Relation, derived: list[str]) -> ThenWrites | None:
+    """The maintenance of the relations ``derived`` from ``rel`` after a point write, as statements
+    that run inside the write's one statement (``m``'s :meth:`Maintainer.rewrites`, given the
+    write's flips and added rows as they are known before it runs), or None when one of them
+    needs the general path."""
+    views = m.one_statement_views(rel, derived, ADDED)
+    if views is None:
+        return None
+
+    def then(flips: list[tuple[int, bool]], added: list[tuple[int, tuple[str | None, ...]]],
+             fresh: bool) -> list[CteWrite]:
+        only_new = fresh and {id_ for id_, _ in added} == {id_ for id_, vis in flips if vis} and all(v for _, v in flips)
+        return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]),
+                (ADDED, added_values_sql(rel, len(added)), [p for id_, values in added for p in (id_, *values)]),
+                *m.rewrites(rel, views, FLIPPED, fresh, only_new)]
+    return then
+
+
+def _prepare(state: SiteState, rel: Relation, old: str | None, new: str | None, params=None) -> tuple[Batch, int]:
+    """The batch of a write whose removed/added rows ``old``/``new`` select (see prepare_write)."""
+    with translated_errors():
+        return prepare_write(state.con, rel, old, new, state.clock, params,
+                             unchecked_entries=state.rels.unchecked_entries)
+
+
+def _write(state: SiteState, rel: Relation, old: str | None, new: str | None, params=None) -> int:
+    """Apply a local write (inside the caller's transaction); return the rows it affected."""
+    batch, count = _prepare(state, rel, old, new, params)
+    state.apply(batch)
+    return count

@@ -1,0 +1,127 @@
+"""Merging a changeset into a site: atomic, idempotent and commutative.
+
+:func:`merge` first tries the one statement of rows new to the site (:mod:`crr.point_merge`: a peer's
+INSERT, with the views reading the table maintained inside it, and the tracked cursor); when that is
+not one, or it wrote nothing, the general path runs in one transaction: the catalog changes the
+changeset teaches (learned lineage, relations turning derived, layouts that no longer apply), the
+batch of its held relations (:func:`crr.merge.plan_merge`, checked as it is read), its maintenance
+(:meth:`crr.site_state.SiteState.apply`) and the tracked cursor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from crr import replica
+from crr.catalog import Relation
+from crr.causal import KeyHashSource
+from crr.changeset import Changeset, RelationChanges
+from crr.cte import CteWrite, cte_values
+from crr.maintain import BatchResult
+from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
+                       MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge,
+                       received_entries, tracked_cursors_sql, tuple_columns)
+from crr.point import NEW_TUPLES, PointWrite
+from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
+from crr.site_state import SiteState, ViewFailed, views_inside
+
+
+def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -> MergeResult:
+    """Merge a changeset or its bytes (see :meth:`crr.site.Site.merge`)."""
+    state.check_open()
+    # bytes are validated as they are decoded; an object built in Python is validated here
+    cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+    held, ignored = held_relations(state.rels, cs)
+    point = _merge_new_rows(state, cs, held, track)
+    if point is not None:
+        return MergeResult(point, ignored)
+    inputs = MergeInputs(state.con, state.slots, state.accepted)
+    try:
+        with state.transaction(), changeset_errors():
+            grown = grown_lineage(held)
+            if grown:  # staged: the committed catalog changes only if the merge commits
+                state.stage(state.rels.with_(*(dataclasses.replace(state.rels[n], lineage=lin)
+                                               for n, lin in grown.items())))
+                state.con.executemany(LINEAGE_UPDATE_SQL, [[json.dumps(sorted(lin)), n] for n, lin in grown.items()])
+            derived = newly_derived(held)
+            if derived:
+                now = [dataclasses.replace(state.rels[n], derived=True) for n in derived]
+                for rel in now:  # a replica takes the standard layout before monomials arrive
+                    if state.rels[rel.name].replica:
+                        for stmt in replica.release_sql(state.rels[rel.name], rel):
+                            state.con.execute(stmt)
+                        state.note_unchecked_entries()
+                state.stage(state.rels.with_(*now))
+                state.con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
+            if grown or derived:
+                state.uncolocate(state.rels)
+            batch = plan_merge(state.con, state.rels, cs, held, inputs, state.max_clock_skew)
+            result = state.apply(batch) if held else BatchResult()
+            if track:
+                state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
+    finally:
+        inputs.close(drop_tables=len(cs) > 10_000)
+    return MergeResult(result, ignored)
+
+
+def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationChanges]],
+                    track: bool) -> BatchResult | None:
+    """Merge a changeset of rows new to the site as one statement, with the maintenance of the
+    views reading their table and the tracked cursors inside it (:mod:`crr.point_merge`): a few
+    rows checked in Python (:func:`received_new_rows`) as parameters, more read from Arrow
+    through the general path's checks (:func:`received_new_batch`). None, having written
+    nothing, when it is not one, or a view needs the general path."""
+    rows = received_new_rows(held, cs, state.max_clock_skew)
+    batch = received_new_batch(held, cs) if rows is None else None
+    if rows is not None:
+        rel = rows.relation
+    elif batch is not None:
+        rel, received = batch
+    else:
+        return None
+    derived = state.rels.derived_from(rel.name)
+    m = state.maintainer()
+    appends = m.appends(rel, derived, NEW_TUPLES) if derived else []
+    if appends is None:
+        return None
+    then = list(appends)
+    if track:
+        then.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
+                     [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor)]))
+    try:
+        with changeset_errors(), views_inside(bool(appends)):
+            if rows is not None:
+                counts = PointWrite(state.con, state.prepared).insert_received(
+                    rel, rows.texts, rows.ids, rows.key_hashes, rows.stamps, state.seq + 1,
+                    unchecked_entries=state.rels.unchecked_entries, then=then)
+                tuples = len(rows.texts)
+            else:
+                counts = _insert_received(state, rel, received, cs, then)
+                tuples = received.tuples.num_rows
+    except ViewFailed:
+        return None  # nothing written: the general path names the view
+    if counts is None:
+        return None
+    state.bump()
+    return m.appended_result(rel, tuples, counts[0], dict(zip((name for name, _, _ in then), counts[1:])),
+                             [r.name for r, _ in held])
+
+
+def _insert_received(state: SiteState, rel: Relation, rc: RelationChanges, cs: Changeset,
+                     then: list[CteWrite]) -> tuple[int, ...] | None:
+    """Run :func:`received_rows_insert_sql` on the changeset's tables, put in Arrow slots; its
+    counts, or None when it wrote nothing."""
+    assert cs.cl is not None
+    inputs = MergeInputs(state.con, state.slots, state.accepted)
+    try:
+        cl = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")
+        tuples = inputs.register("_crr_in_t0", rc.tuples, tuple_columns(rel), rc.name)
+        sources = (KeyHashSource(tuples, rel.name, tuple(rel.key_aug_columns)),) if rel.key else ()
+        entries = received_entries(state.rels, cl, cs.cl, frozenset({rel.name}), sources, state.max_clock_skew, ())
+        assert entries is not None
+        sql = received_rows_insert_sql(rel, entries, tuples, state.rels.unchecked_entries, then)
+        counts = state.con.execute(sql, [state.seq + 1, state.seq + 1, *cte_values(then)]).fetchall()[0]
+    finally:
+        inputs.close(drop_tables=False)
+    return counts if counts[0] else None

@@ -1,0 +1,197 @@
+"""What the operations of one open site share: its connection, its catalog, its counters, its caches.
+
+:class:`crr.site.Site` is a facade: it opens the file, and its methods hand a :class:`SiteState` to
+the module that does the work (:mod:`crr.site_ddl` for crr DDL, :mod:`crr.site_dml` for writes and
+other SQL, :mod:`crr.site_merge` for merges). This module holds what they have in common:
+
+* the catalog as an immutable snapshot (:class:`crr.catalog.Catalog`), replaced only when a
+  transaction commits (:meth:`SiteState.transaction`): a statement inside one stages the snapshot
+  it will commit (:meth:`SiteState.stage`) and reads it through :attr:`SiteState.rels`;
+* the sequence number and the hybrid clock (see :mod:`crr.counters`);
+* what one transaction's maintenance needs (:meth:`SiteState.maintainer`, :meth:`SiteState.apply`);
+* the translation of DuckDB's errors on the application's SQL into :class:`crr.CrrError`
+  (:func:`translated_errors`), and of a view failing inside a one-statement write
+  (:func:`views_inside`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import duckdb
+import pyarrow as pa
+
+from crr import colocated
+from crr.arrow_slots import ArrowSlots
+from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql
+from crr.clock import HybridClock
+from crr.counters import counters_update_sql
+from crr.errors import ConstraintError, CrrError, SiteError, SqlError, TypeMismatchError
+from crr.maintain import Batch, BatchResult, Maintainer, view_query_failed
+from crr.prepared import Prepared
+from crr.sql import dml
+from crr.sql.statements import Dml
+
+_DUCKDB_ERRORS: list[tuple[type, type]] = [
+    (duckdb.ConstraintException, ConstraintError),
+    (duckdb.ConversionException, TypeMismatchError),
+    (duckdb.BinderException, SqlError),
+    (duckdb.ParserException, SqlError),
+    (duckdb.CatalogException, SqlError),
+    (duckdb.InvalidInputException, SqlError),
+]
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Re-raise DuckDB errors from user SQL as CrrError subclasses."""
+    try:
+        yield
+    except duckdb.Error as e:
+        for src, dst in _DUCKDB_ERRORS:
+            if isinstance(e, src):
+                raise dst(str(e).strip()) from None
+        raise CrrError(f"DuckDB error: {str(e).strip()}") from None
+
+
+class ViewFailed(Exception):
+    """A view's query failed on a write's or merge's rows inside its one statement, which wrote
+    nothing: the caller takes the general path, whose error names the view (not a CrrError: it
+    never leaves the site)."""
+
+
+@contextlib.contextmanager
+def views_inside(active: bool) -> Iterator[None]:
+    """Turn a view's query failing (:func:`crr.maintain.view_query_failed`) into :class:`ViewFailed`
+    when views are maintained inside the statement (``active``); other errors pass on."""
+    try:
+        yield
+    except duckdb.Error as e:
+        if not (active and view_query_failed(e)):
+            raise
+        raise ViewFailed() from None
+
+
+class SiteState:
+    """One open site's shared state (see the module docstring). ``site_id``, ``seq`` and ``clock``
+    are set when the site is opened (:meth:`crr.site.Site._open`)."""
+
+    def __init__(self, path: str, con: duckdb.DuckDBPyConnection, max_clock_skew: float) -> None:
+        self.path = path
+        self.con = con
+        self.max_clock_skew = max_clock_skew
+        self.slots = ArrowSlots(con)  # where statements read Arrow tables (registered once each)
+        self.catalog = Catalog()  # the committed catalog snapshot
+        self.staged: Catalog | None = None  # the snapshot the open transaction will commit, if it changes it
+        self.site_id = ""
+        self.seq = 0  # the sequence number of the last transaction that changed replicated state
+        self.clock = HybridClock("", 0)
+        self.closed = False
+        # caches, each valid until crr DDL changes the catalog (forget_statements)
+        self.widths: dict[str, tuple[int, int]] = {}  # monomial lengths of relations (see Maintainer)
+        self.parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
+        self.rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries
+        self.accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
+        self.delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
+        self.prepared = Prepared()  # point-path statements prepared on the connection
+
+    # -- the catalog and transactions ------------------------------------------------------------
+    @property
+    def rels(self) -> Catalog:
+        """The catalog as the code running now sees it: the open transaction's staged snapshot, if
+        it has one, else the committed one."""
+        return self.staged if self.staged is not None else self.catalog
+
+    def stage(self, catalog: Catalog) -> None:
+        """Make ``catalog`` the snapshot the open transaction commits (its DDL is in the same transaction)."""
+        self.staged = catalog
+
+    def check_open(self) -> None:
+        """Raise :class:`SiteError` if the site was closed."""
+        if self.closed:
+            raise SiteError("the site is closed; open it again with crr.Site(path)")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One DuckDB transaction; a catalog snapshot staged in it replaces the committed one only
+        when it commits (so a rolled-back transaction leaves the catalog as the file has it)."""
+        self.check_open()
+        self.con.begin()
+        try:
+            yield
+            self.con.commit()
+            self.slots.committed()
+            if self.staged is not None:
+                self.catalog = self.staged
+        except BaseException:
+            self.con.rollback()
+            self.slots.rolled_back()
+            self.widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
+            raise
+        finally:
+            self.staged = None
+
+    def forget_statements(self) -> None:
+        """Drop cached DML and delta SQL, and the prepared statements (after DDL, which they depend on)."""
+        self.parsed.clear()
+        self.rewritten.clear()
+        self.delta_sql.clear()
+        self.prepared.forget(self.con)
+
+    # -- counters --------------------------------------------------------------------------------
+    def bump(self) -> None:
+        """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
+        self.seq += 1
+
+    def save_counters(self) -> None:
+        """Store the sequence number and clock in ``_crr.meta`` (see :mod:`crr.counters`)."""
+        self.con.execute(counters_update_sql(), [str(self.seq), str(self.clock.last)])
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def maintainer(self) -> Maintainer:
+        """A maintainer for one transaction, writing with the next sequence number."""
+        rels = self.rels
+        m = Maintainer(self.con, self.slots, rels, self.seq + 1, self.widths)
+        m.lineage = {name: set(lin) for name in rels if (lin := rels.lineage(name))}
+        m.sql_cache = self.delta_sql
+        return m
+
+    def apply(self, batch: Batch, changed: bool = False) -> BatchResult:
+        """Run a batch through the maintainer (inside the caller's transaction); the sequence number
+        advances if it (or, ``changed``, the caller's own writes in this transaction) changed
+        replicated state."""
+        m = self.maintainer()
+        try:
+            result = m.apply(batch, self.rels.views())
+        finally:
+            m.cleanup()
+        self.stage_marked(m)
+        if result.changed or changed:
+            self.bump()
+        return result
+
+    def stage_marked(self, m: Maintainer) -> None:
+        """Stage the relations whose catalog entry the maintainer changed (it recorded them in the file)."""
+        if m.marked:
+            self.stage(self.rels.with_(*(m.rels[name] for name in m.marked)))
+        for flag in m.raised:  # flags it set (and recorded in the file)
+            if flag not in self.rels.flags:
+                self.stage(self.rels.with_flag(flag))
+
+    def note_unchecked_entries(self) -> None:
+        """Record in the open transaction that ``_crr.cl`` may hold entries whose key hash went
+        unchecked (:attr:`crr.catalog.Catalog.unchecked_entries`): entries moved in from a replica's or
+        a co-located view's table, whose merges recompute no key hash."""
+        if not self.rels.unchecked_entries:
+            self.con.execute(flag_set_sql(SiteFlag.UNCHECKED_ENTRIES))
+            self.stage(self.rels.with_flag(SiteFlag.UNCHECKED_ENTRIES))
+
+    def uncolocate(self, catalog: Catalog, views: list[Relation] | None = None) -> None:
+        """Move the co-located views whose conditions ``catalog`` breaks (or ``views``) to the standard
+        layout, inside the open transaction, and stage them so (see :mod:`crr.colocated`)."""
+        for view in (colocated.broken(catalog) if views is None else views):
+            for stmt in colocated.uncolocate_sql(view, colocated.source_of(view)):
+                self.con.execute(stmt)
+            self.stage(self.rels.changed(view.name, colocated=False))
+            self.note_unchecked_entries()
