@@ -402,6 +402,8 @@ class Maintainer:
         self.batch: Batch | None = None
         # the views appends() maintains: (view, its new monomials' statement, its APP rows' statement)
         self.appended: list[tuple[str, str, str]] = []
+        # views whose APP changes a statement writing entries made in full (_merge_replica): step 5 skips them
+        self.maintained: set[str] = set()
 
     # -- helpers -------------------------------------------------------------------------------
     def x(self, sql: str, params: list | None = None) -> int:
@@ -463,7 +465,7 @@ class Maintainer:
             if rel.is_base:
                 if batch.applied_flips is None:
                     self._patch_base(rel)
-            elif rel.has_app and not rel.colocated:
+            elif rel.has_app and not rel.colocated and rel.name not in self.maintained:
                 with view_errors(rel.name):
                     self._refresh_derived(rel)
         return self.result
@@ -549,12 +551,21 @@ class Maintainer:
     def _merge_replica(self, part: replica.ReplicaBatch) -> pa.Table:
         """Merge a replica's share of the batch, its entries and its tuples, in one MERGE (see
         :mod:`crr.replica`); register the tuples it added as the relation's delta and return the
-        entries it wrote, ``(id, rel, vis)`` (a superset of the flips)."""
+        entries it wrote, ``(id, rel, vis)`` (a superset of the flips). A batch of deletes alone
+        takes an UPDATE that also removes the lost tuples of the views it ends (see
+        :meth:`_lost_derivations_after`)."""
         rel = self.rels[part.relation]
-        returned = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
-                                       lambda: replica.first_insert_sql(rel, part, self.seq),
-                                       lambda: replica.update_sql(rel, part, self.seq),
-                                       lambda single: replica.merge_sql(rel, part, self.seq, single)).rows
+        follow, views = self._lost_derivations_after(rel, part)
+        written = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
+                                      lambda: replica.first_insert_sql(rel, part, self.seq),
+                                      lambda: replica.update_sql(rel, part, self.seq),
+                                      lambda single: replica.merge_sql(rel, part, self.seq, single), follow)
+        for view, name in views.items():
+            if name in written.followed:
+                self.counts(view).deleted += written.followed[name]
+                if written.complete:
+                    self.maintained.add(view)
+        returned = written.rows
         grew = pc.and_(pc.equal(returned.column("seq"), self._seq_scalar), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), self._seq_scalar)).select(["id"])
@@ -573,6 +584,34 @@ class Maintainer:
             self.counts(rel.name).new_monomials += added.num_rows
             self.widths[rel.name] = (1, 1)
         return returned.filter(pc.greater(returned.column("cl"), _ZERO)).select(["id", "rel", "vis"])
+
+    def _lost_derivations_after(self, rel: Relation, part: replica.ReplicaBatch) -> tuple[Follow | None, dict[str, str]]:
+        """For a batch that brings nothing but deletes of the replica ``rel`` (entries of even
+        lengths), the APP deletes of the views over it whose tuples have one derivation each, to run
+        in the replica's UPDATE (:meth:`_write_entries`), and the name each one's count has, by view.
+
+        Such an UPDATE writes every entry invisible (parity: it runs when no other present version
+        of a key is stored) and adds no tuple, so each such view gains no monomial and loses
+        exactly the tuples of its monomials holding a written id (:meth:`_only_derivations_lost`):
+        :func:`lost_derivations_sql` over the rows the UPDATE returned. When the MERGE runs after
+        it, step 5 maintains the views again over every row written (removing tuples already gone
+        removes nothing). ``(None, {})`` for any other batch."""
+        batch = self.batch
+        if (batch is None or batch.local is not None or batch.base or batch.derived or batch.colocated
+                or batch.received is not None or len(batch.replicas) != 1
+                or part.entries is None or not part.entries.deletions_only):
+            return None, {}
+        written = "(SELECT id FROM _crr_e WHERE cl > 0)"
+        then: list[CteWrite] = []
+        views: dict[str, str] = {}
+        for view, v in self.rels.items():
+            if (v.plan is not None and rel.name in self.lineage.get(view, ()) and v.has_app and not v.colocated
+                    and self._one_derivation(v)):
+                name = f"_crr_lost{len(then)}"
+                lost = lost_derivations_sql(v, written, len(v.plan.branches[0].occurrences))
+                then.append((name, app_remove_sql(v, lost) + " RETURNING 1", []))
+                views[view] = name
+        return (("_crr_e", then), views) if then else (None, {})
 
     def _write_entries(self, entries: ReceivedEntries | None, home: EntryHome, tuples: Rows | None,
                        values: str | None, insert: Callable[[], str], update: Callable[[], str],
