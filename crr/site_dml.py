@@ -26,12 +26,12 @@ import duckdb
 import pyarrow as pa
 
 from crr.batch_rows import Rows, RowsKind
+from crr.bulk_input import column_positions, rows_arrow
 from crr.catalog import KIND_TEXT, SCHEMA, Relation
 from crr.causal import LocalEntries
 from crr.changeset import check_duckdb_values
 from crr.cte import CteWrite
-from crr.errors import (CatalogError, ChangesetError, ReadOnlyRelationError, SqlError, TypeMismatchError,
-                        UnsupportedSqlError)
+from crr.errors import CatalogError, ChangesetError, ReadOnlyRelationError, TypeMismatchError, UnsupportedSqlError
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, Maintainer
 from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
@@ -186,19 +186,11 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
     elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
         data = pa.Table.from_pandas(rows, preserve_index=False)
     else:
-        rows = list(rows)
-        if any(len(r) != len(names) for r in rows):
-            raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values ({', '.join(names)})")
-        if not rows:
+        data = rows_arrow(rel.name, list(rows), names)
+        if not data.num_rows:
             return 0
-        data = pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))})
     given = [fold_identifier(c) for c in data.column_names]
-    if sorted(given) == sorted(names):
-        pick = {n: given.index(n) for n in names}
-    elif len(given) == len(names):
-        pick = {n: i for i, n in enumerate(names)}
-    else:
-        raise SqlError(f"insert_many into {rel.name}: got columns {data.column_names}, expected {names}")
+    pick = column_positions(rel.name, given, names)
     for name, col in zip(data.column_names, data.columns):
         try:  # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
             check_duckdb_values(col, f"column {name}")

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
+from crr.bulk_input import column_positions, rows_arrow
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
 from crr.changeset import Changeset
 from crr.clock import HybridClock
@@ -371,26 +372,12 @@ class SparkSite:
             if isinstance(rows, pa.Table):
                 data = rows
             else:
-                rows = list(rows)
-                if any(len(r) != len(names) for r in rows):
-                    raise SqlError(f"insert_many into {rel.name}: every row needs {len(names)} values "
-                                   f"({', '.join(names)})")
-                try:
-                    data = pa.table({f"g{i}": pa.array(list(col)) for i, col in enumerate(zip(*rows))}) if rows \
-                        else pa.table({f"g{i}": pa.nulls(0) for i in range(len(names))})
-                except (pa.ArrowException, TypeError, ValueError) as e:
-                    raise TypeMismatchError(f"insert_many into {rel.name}: the values of a column do not share "
-                                            f"one type ({e}); nothing was written") from None
+                data = rows_arrow(rel.name, list(rows), names)
             given = [fold_identifier(c) for c in data.column_names]
             count = data.num_rows
             data = data.rename_columns([f"g{i}" for i in range(len(given))])
             frame = self.spark.createDataFrame(data) if data.num_rows else None
-        if sorted(given) == sorted(names):
-            pick = {n: given.index(n) for n in names}
-        elif len(given) == len(names):
-            pick = {n: i for i, n in enumerate(names)}
-        else:
-            raise SqlError(f"insert_many into {rel.name}: got columns {given}, expected {names}")
+        pick = column_positions(rel.name, given, names)
         if frame is None:
             return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
                                                             for a in rel.aug_columns)), 0

@@ -1,0 +1,39 @@
+"""What ``insert_many`` is given, made ready for a table: rows as Arrow, columns matched to the table's.
+
+Both sites' ``insert_many`` (:func:`crr.site_dml.insert_many`, :meth:`crr.spark.SparkSite.insert_many`)
+take Python tuples in column order, an Arrow table or a data frame. Values Arrow cannot put in one
+column (a string among integers, an integer past 64 bits) are refused with a
+:class:`crr.errors.TypeMismatchError` that names the table, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from crr.errors import SqlError, TypeMismatchError
+
+
+def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -> pa.Table:
+    """Python rows (each a tuple of values in column order) as an Arrow table whose columns are
+    ``names``, each of the type Arrow infers from its values (an empty table: NULL columns)."""
+    if any(len(r) != len(names) for r in rows):
+        raise SqlError(f"insert_many into {table}: every row needs {len(names)} values ({', '.join(names)})")
+    if not rows:
+        return pa.table({n: pa.nulls(0) for n in names})
+    try:
+        return pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))})
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        raise TypeMismatchError(f"insert_many into {table}: the values of a column do not share one type "
+                                f"({e}); nothing was written") from None
+
+
+def column_positions(table: str, given: list[str], names: list[str]) -> dict[str, int]:
+    """Where each of the table's columns ``names`` is among the input's columns ``given`` (folded
+    names): by name when every name matches, else by position when the counts agree."""
+    if sorted(given) == sorted(names):
+        return {n: given.index(n) for n in names}
+    if len(given) == len(names):
+        return {n: i for i, n in enumerate(names)}
+    raise SqlError(f"insert_many into {table}: got columns {given}, expected {names}")
