@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def arrow_rows(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+def arrow_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pa.Table:
     """The rows ``sql`` returns (a query, or DML with RETURNING), as an Arrow table."""
-    cursor = con.execute(sql)
+    cursor = con.execute(sql, params) if params else con.execute(sql)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
         return cursor.to_arrow_table()

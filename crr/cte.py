@@ -27,11 +27,13 @@ def cte_values(then: Sequence[CteWrite]) -> list:
     return [value for _, _, values in then for value in values]
 
 
-def returning_then_sql(name: str, write: str, then: Sequence[CteWrite]) -> str:
+def returning_then_sql(name: str, write: str, then: Sequence[CteWrite], columns: Sequence[str] = ()) -> str:
     """``write`` (a DML statement with RETURNING) as the CTE ``name``, then the writes ``then``, which
-    read it by that name: one statement returning the rows ``write`` returned, each with one more
-    column per write of ``then``, named like it, holding the count of rows that write returned
-    (every write of ``then`` ends in RETURNING). Where ``write`` returns no rows the counts are
-    lost, so each write of ``then`` must write nothing then: it reads only the rows of ``name``."""
+    read it by that name: one statement returning the rows ``write`` returned (their ``columns``, or
+    all), each with one more column per write of ``then``, named like it, holding the count of rows
+    that write returned (every write of ``then`` ends in RETURNING; a SELECT among them counts its
+    rows). Where ``write`` returns no rows the counts are lost, so each write of ``then`` must write
+    nothing then: it reads only the rows of ``name``. Parameters: those of ``then``, in order."""
     counts = ", ".join(f"(SELECT count(*) FROM {n}) AS {n}" for n, _, _ in then)
-    return f"WITH {name} AS ({write}), {', '.join(ctes(then))} SELECT {name}.*, {counts} FROM {name}"
+    returned = ", ".join(f"{name}.{c}" for c in columns) if columns else f"{name}.*"
+    return f"WITH {name} AS ({write}), {', '.join(ctes(then))} SELECT {returned}, {counts} FROM {name}"

@@ -53,7 +53,7 @@ from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_mat
 from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
-from crr.cte import CteWrite, returning_then_sql
+from crr.cte import CteWrite, cte_values, returning_then_sql
 from crr.errors import SqlError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
@@ -293,9 +293,15 @@ def _one_row_per_id(first: pa.Table, then: pa.Table) -> pa.Table:
     return pa.concat_tables([kept, then])
 
 
-Follow = tuple[str, Sequence[CteWrite]]
-"""Writes run in the statement that writes a home's entries, reading its returned rows by the name
-given first (see :meth:`Maintainer._write_entries`)."""
+@dataclass(frozen=True)
+class Follow:
+    """Writes run in the statement that writes a home's entries (see :meth:`Maintainer._write_entries`),
+    reading the rows it returns under ``name``; ``columns``: those of its rows Python reads (all when
+    empty)."""
+
+    name: str
+    then: Sequence[CteWrite]
+    columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -305,11 +311,13 @@ class Written:
     rows: pa.Table  # the rows written, one per id
     followed: dict[str, int] = field(default_factory=dict)  # rows returned by each followed write
     complete: bool = False  # the followed writes ran, and read every row written
+    later: pa.Table | None = None  # the rows of the MERGE after the followed writes, which they did not read
 
     def merged(self, then: pa.Table) -> Written:
         """These rows with a later statement's (``then``) in place of theirs for the ids it wrote: the
         followed writes did not read ``then``."""
-        return Written(_one_row_per_id(self.rows, then), self.followed, complete=self.complete and then.num_rows == 0)
+        return Written(_one_row_per_id(self.rows, then), self.followed, complete=self.complete and then.num_rows == 0,
+                       later=then if self.followed else None)
 
 
 def patch_app(con: duckdb.DuckDBPyConnection, rel: Relation, changes_sql: str) -> tuple[int, int]:
@@ -458,7 +466,7 @@ class Maintainer:
             self._merge_received(self.rels[rel], rows_sql(self.rels[rel], tuples),
                                  rows_sql(self.rels[rel], monos) if monos is not None else None)
         for name in view_order:
-            if not self.rels[name].colocated:  # maintained by _apply_colocated
+            if not self.rels[name].colocated and name not in self.maintained:  # _apply_colocated, _merge_replica
                 with view_errors(name):
                     self._run_view(self.rels[name])
         for rel in self.rels.values():
@@ -551,24 +559,49 @@ class Maintainer:
     def _merge_replica(self, part: replica.ReplicaBatch) -> pa.Table:
         """Merge a replica's share of the batch, its entries and its tuples, in one MERGE (see
         :mod:`crr.replica`); register the tuples it added as the relation's delta and return the
-        entries it wrote, ``(id, rel, vis)`` (a superset of the flips). A batch of deletes alone
-        takes an UPDATE that also removes the lost tuples of the views it ends (see
-        :meth:`_lost_derivations_after`)."""
+        entries it wrote, ``(id, rel, vis)`` (a superset of the flips). A batch that brings nothing
+        else takes the INSERT of first inserts with the views over the replica maintained inside it
+        (:meth:`_derivations_after`), or the UPDATE of deletes with the lost tuples of its views
+        removed inside it (:meth:`_lost_derivations_after`)."""
         rel = self.rels[part.relation]
-        follow, views = self._lost_derivations_after(rel, part)
+        follow, lost = self._lost_derivations_after(rel, part)
+        derived: dict[str, tuple[str, str]] = {}
+        if follow is None:
+            follow, derived = self._derivations_after(rel, part)
         written = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
-                                      lambda: replica.first_insert_sql(rel, part, self.seq),
+                                      lambda: replica.first_insert_sql(rel, part, self.seq, values=bool(derived)),
                                       lambda: replica.update_sql(rel, part, self.seq),
                                       lambda single: replica.merge_sql(rel, part, self.seq, single), follow)
-        for view, name in views.items():
+        # reported as the general path reports them: a view the written entries touched, a view
+        # that gained monomials
+        for view, name in lost.items():
             if name in written.followed:
-                self.counts(view).deleted += written.followed[name]
+                if written.rows.num_rows:
+                    self.counts(view).deleted += written.followed[name]
+                if written.complete:
+                    self.maintained.add(view)
+        for view, (monomials, app) in derived.items():
+            if monomials in written.followed:
+                if written.followed[monomials]:
+                    self.counts(view).new_monomials += written.followed[monomials]
+                    self.counts(view).inserted += written.followed[app]
                 if written.complete:
                     self.maintained.add(view)
         returned = written.rows
         grew = pc.and_(pc.equal(returned.column("seq"), self._seq_scalar), pc.greater(returned.column("cl"), _ZERO))
         self.result.cl_changed += pc.sum(grew).as_py() or 0
         added = returned.filter(pc.equal(returned.column("tseq"), self._seq_scalar)).select(["id"])
+        if added.num_rows:
+            self.added_arrow[rel.name] = added
+            self.fresh.add(rel.name)
+            self.counts(rel.name).new_monomials += added.num_rows
+            self.widths[rel.name] = (1, 1)
+        # the relation's delta for the views: every added tuple, or, when the views derived from
+        # the INSERT's inside it (_derivations_after) and a MERGE added more after it, the MERGE's
+        if derived:
+            later = written.later
+            added = (later.filter(pc.equal(later.column("tseq"), self._seq_scalar)).select(["id"])
+                     if later is not None else added.slice(0, 0))
         if added.num_rows:
             assert part.tuples is not None  # only received tuples are added
             # their values are the received ones: all of them, or those whose ids the MERGE returned
@@ -579,29 +612,86 @@ class Maintainer:
                 rows = Rows(self._register(f"_crr_added_{rel.name}", received.filter(kept)), rows.kind,
                             rows.id_column)
             self.new_derived[rel.name] = replica.added_tuples_sql(rel, rows)
-            self.added_arrow[rel.name] = added
-            self.fresh.add(rel.name)
-            self.counts(rel.name).new_monomials += added.num_rows
-            self.widths[rel.name] = (1, 1)
         return returned.filter(pc.greater(returned.column("cl"), _ZERO)).select(["id", "rel", "vis"])
+
+    def _derivations_after(self, rel: Relation, part: replica.ReplicaBatch) -> tuple[Follow | None, dict[str, tuple[str, str]]]:
+        """For a batch that brings nothing but first inserts of the remote source ``rel`` (a replica
+        without an APP table), the maintenance of the views over it as writes run in the replica's
+        INSERT (:meth:`_write_entries`), and per view the names of the counts of its new monomials
+        and APP rows. They are :meth:`appends`' statements, reading the tuples the INSERT added
+        (:func:`crr.replica.new_tuples_sql`): each tuple new to the site, its entry of length 1
+        visible, each its own monomial. ``(None, {})`` for any other batch (a tuple without its entry
+        in it, or an entry without its tuple, too: most likely a row the site holds, which the MERGE
+        after the INSERT takes), or when a relation
+        derived from ``rel`` needs more than those statements: it is not a view reading ``rel``
+        itself (a view over such a view, whose delta the statement does not hand on), or
+        :meth:`appends`' conditions fail (inputs each one id
+        per monomial, disjoint lineages, one delta query, monomials of the one length it holds).
+
+        When the MERGE runs after the INSERT (some received row was stored), the views derive in
+        steps 4 and 5 from the tuples the MERGE added, and re-read the membership of what it
+        wrote."""
+        batch = self.batch
+        if (batch is None or batch.local is not None or batch.base or batch.derived or batch.colocated
+                or batch.received is not None or len(batch.replicas) != 1 or rel.has_app or rel.derived
+                or part.entries is None or part.tuples is None or not takes_first_insert(part.entries)):
+            return None, {}
+        received = self.slots.table(part.tuples.table).column(part.tuples.id_column)
+        assert part.entries.ids is not None
+        if len(received) != len(part.entries.ids) or not all_in(received, part.entries.ids):
+            return None, {}  # a tuple without its entry (or the reverse): most likely a stored id, the MERGE's
+        readers = [v for v in self.rels.values()
+                   if v.plan is not None and rel.name in self.lineage.get(v.name, {rel.name})]
+        if not readers:
+            return None, {}
+        new = "_crr_new"
+        self.new_derived[rel.name] = new  # the delta the views' candidates read, for appends' checks
+        then: list[CteWrite] = [(new, replica.new_tuples_sql(rel, "_crr_e", self.seq), [])]
+        names: dict[str, tuple[str, str]] = {}
+        try:
+            for n, view in enumerate(readers):
+                plan = view.plan
+                assert plan is not None
+                # (a view over this one holds rel in its lineage too: it fails the first test)
+                if (rel.name not in plan.inputs or view.colocated or view.aggregate is not None or not view.has_app
+                        or not all(self._single_id(r) for r in plan.inputs) or not self._disjoint_lineages(plan.inputs)):
+                    return None, {}
+                cand, linear, _ = self._candidates(view, {rel.name})
+                width = self._plan_width(view)
+                if not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide):
+                    return None, {}
+                if view.name not in self.widths:  # read once after opening, as the general path would
+                    stored = self._stored_widths(view)
+                    if stored is None:
+                        return None, {}  # no monomials yet: the general path records their lengths
+                    self.widths[view.name] = stored
+                if self.widths[view.name] != width:
+                    return None, {}
+                parts = self._append_parts(n, rel, view, cand)
+                then.extend(parts)
+                names[view.name] = (parts[0][0], parts[1][0])
+        finally:
+            self.new_derived.pop(rel.name, None)
+        return Follow("_crr_e", then, replica.returned_columns()), names
 
     def _lost_derivations_after(self, rel: Relation, part: replica.ReplicaBatch) -> tuple[Follow | None, dict[str, str]]:
         """For a batch that brings nothing but deletes of the replica ``rel`` (entries of even
         lengths), the APP deletes of the views over it whose tuples have one derivation each, to run
         in the replica's UPDATE (:meth:`_write_entries`), and the name each one's count has, by view.
 
-        Such an UPDATE writes every entry invisible (parity: it runs when no other present version
-        of a key is stored) and adds no tuple, so each such view gains no monomial and loses
-        exactly the tuples of its monomials holding a written id (:meth:`_only_derivations_lost`):
-        :func:`lost_derivations_sql` over the rows the UPDATE returned. When the MERGE runs after
-        it, step 5 maintains the views again over every row written (removing tuples already gone
-        removes nothing). ``(None, {})`` for any other batch."""
+        Such an UPDATE adds no tuple, so each such view gains no monomial, and an entry it writes
+        either turns invisible (its length grows to an even one) or keeps the visibility it had (a
+        later stamp with a shorter length: it stays as it was, visible when its stored length is
+        odd). So the view loses exactly the tuples of its monomials holding an id written invisible
+        (:meth:`_only_derivations_lost`): :func:`lost_derivations_sql` over those rows the UPDATE
+        returned. When the MERGE runs after it, step 5 maintains the views again over every row
+        written (removing tuples already gone removes nothing). ``(None, {})`` for any other batch."""
         batch = self.batch
         if (batch is None or batch.local is not None or batch.base or batch.derived or batch.colocated
                 or batch.received is not None or len(batch.replicas) != 1
                 or part.entries is None or not part.entries.deletions_only):
             return None, {}
-        written = "(SELECT id FROM _crr_e WHERE cl > 0)"
+        written = "(SELECT id FROM _crr_e WHERE cl > 0 AND NOT vis)"
         then: list[CteWrite] = []
         views: dict[str, str] = {}
         for view, v in self.rels.items():
@@ -611,7 +701,7 @@ class Maintainer:
                 lost = lost_derivations_sql(v, written, len(v.plan.branches[0].occurrences))
                 then.append((name, app_remove_sql(v, lost) + " RETURNING 1", []))
                 views[view] = name
-        return (("_crr_e", then), views) if then else (None, {})
+        return (Follow("_crr_e", then), views) if then else (None, {})
 
     def _write_entries(self, entries: ReceivedEntries | None, home: EntryHome, tuples: Rows | None,
                        values: str | None, insert: Callable[[], str], update: Callable[[], str],
@@ -634,9 +724,8 @@ class Maintainer:
         def first(sql: str) -> Written:
             if follow is None:
                 return Written(arrow_rows(self.con, sql))
-            name, then = follow
-            assert not any(values for _, _, values in then), "a followed write takes no parameters"
-            rows = arrow_rows(self.con, returning_then_sql(name, sql, then))
+            then = follow.then
+            rows = arrow_rows(self.con, returning_then_sql(follow.name, sql, then, follow.columns), cte_values(then))
             names = [n for n, _, _ in then]
             counts = {n: (rows.column(n)[0].as_py() if rows.num_rows else 0) for n in names}
             return Written(rows.drop_columns(names), counts, complete=True)
@@ -794,13 +883,13 @@ class Maintainer:
                                       lambda: colocated.first_insert_sql(view, part, derivations, self.seq),
                                       lambda: colocated.update_sql(view, part, derivations, self.seq),
                                       lambda single: colocated.merge_sql(view, part, derivations, self.seq, single),
-                                      colocated.app_changes_after(view, part.entries))
+                                      Follow(*colocated.app_changes_after(view, part.entries)))
+        returned = written.rows
+        if returned.num_rows == 0:
+            return  # (the APP changes read only the rows written: none)
         counts = self.counts(view.name)
         counts.deleted += written.followed.get(colocated.APP_DELETED, 0)
         counts.inserted += written.followed.get(colocated.APP_INSERTED, 0)
-        returned = written.rows
-        if returned.num_rows == 0:
-            return
         seq = pc.equal(returned.column("seq"), self._seq_scalar)
         self.result.cl_changed += pc.sum(pc.and_(seq, pc.greater(returned.column("cl"), _ZERO))).as_py() or 0
         counts.new_monomials += pc.sum(pc.equal(returned.column("dseq"), self._seq_scalar)).as_py() or 0

@@ -133,18 +133,33 @@ def merge_sql(rel: Relation, batch: ReplicaBatch, seq: int, single_versions: boo
         {_returned_sql(rel)}"""
 
 
-def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:
+def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int, values: bool = False) -> str:
     """One INSERT adding to the replica's ``$e`` the batch's rows whose ids it holds no row of (and whose
     keys have no other present version: :func:`crr.causal.without_rivals_sql`), in place
     of :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it
     returns what that MERGE returns for them. The rows it finds stored are left to the MERGE, which
     the caller runs after it when the INSERT did not write every received entry and tuple (see
-    :func:`crr.causal.first_entries_insert_sql`: the same reasoning, the same checks)."""
+    :func:`crr.causal.first_entries_insert_sql`: the same reasoning, the same checks). With
+    ``values`` it returns each row's values too (``cols...`` after :func:`returned_columns`), for
+    statements that derive from the tuples it added inside the same statement."""
+    returned = _returned_sql(rel) + ("".join(f", {c.name}" for c in rel.aug_columns) if values else "")
     return f"""INSERT INTO {rel.aug('e')} ({_row_columns(rel)})
         SELECT {_new_row_sql(rel, seq)}
         FROM {_received_rows_sql(rel, batch, True)} d ANTI JOIN {rel.aug('e')} c ON c.id = d.id
             {without_rivals_sql(batch.entries, home(rel))}
-        {_returned_sql(rel)}"""
+        {returned}"""
+
+
+def returned_columns() -> tuple[str, ...]:
+    """The names of the columns the replica's MERGE, first INSERT and UPDATE return (see :func:`merge_sql`)."""
+    return ("id", "rel", "vis", "cl", "seq", "tseq")
+
+
+def new_tuples_sql(rel: Relation, written: str, seq: int) -> str:
+    """SELECT text of the replica's new monomials ``(vid, mid, ids, cols...)`` from the rows a first
+    INSERT with ``values`` returned (``written``, a CTE of the same statement): the rows it added a
+    tuple to (``tseq``), each tuple its own monomial, as :func:`added_tuples_sql` reads them."""
+    return f"SELECT id AS vid, id AS mid, [id] AS ids, {cols_sql(rel)} FROM {written} WHERE tseq = {int(seq)}"
 
 
 def update_sql(rel: Relation, batch: ReplicaBatch, seq: int) -> str:

@@ -365,7 +365,7 @@ def test_plain_ddl_and_copy_from_a_file_still_work(site: crr.Site, csv_file: str
     assert state(site) == before
 
 
-# --- the contract crr.site_dml.run_other relies on ------------------------------------------------------------------
+# --- the contract crr.site_dml.run_other relies on -----------------------------------------------------
 
 @pytest.mark.parametrize("sql,read_only,tables", [
     ("SELECT * FROM t", True, {"t"}),
