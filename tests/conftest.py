@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 
@@ -23,6 +25,13 @@ def general_merges(patch: pytest.MonkeyPatch) -> None:
     one-statement merges of rows new to the site, both routes."""
     patch.setattr(site_merge, "received_new_rows", lambda *args: None)
     patch.setattr(site_merge, "received_new_batch", lambda *args: None)
+
+
+def without_tuples(cs: crr.Changeset) -> crr.Changeset:
+    """``cs`` with every relation's tuples left out: its causal-length entries arrive alone, as
+    they do when a site hears of rows through the changes of a view over them."""
+    return dataclasses.replace(cs, relations=[dataclasses.replace(rc, tuples=rc.tuples.slice(0, 0))
+                                              for rc in cs.relations])
 
 
 def app(site: crr.Site, rel: str) -> list[tuple]:

@@ -11,7 +11,7 @@ import pytest
 
 import crr
 from crr.changeset import Changeset, RelationChanges
-from tests.conftest import app, sync
+from tests.conftest import app, sync, without_tuples
 
 
 def tables(site: crr.Site) -> set[str]:
@@ -281,10 +281,7 @@ def test_a_batch_the_first_insert_covers_in_part_is_maintained_whole(base):
     full = base.changes()
     assert full.cl is not None
     # the entry of (1, 1, 'x') arrives alone first: the site holds its id without values
-    v.merge(Changeset(source=full.source, since=0, cursor=full.cursor, cl=full.cl,
-                      relations=[RelationChanges(name=rc.name, kind=rc.kind, columns=rc.columns, key=rc.key,
-                                                 fingerprint=rc.fingerprint, lineage=rc.lineage,
-                                                 tuples=rc.tuples.slice(0, 0), monos=None) for rc in full.relations]))
+    v.merge(without_tuples(full))
     assert app(v, "p") == []
     base.execute("INSERT INTO r VALUES (2, 2, 'y'), (3, 3, 'z')")
     result = v.merge(base.changes())  # every entry has length 1; id 1's is stored
@@ -303,10 +300,7 @@ def test_deletes_of_rows_whose_values_never_arrived_take_the_merge_after_the_upd
     cursor = sync(base, v)
     base.execute("INSERT INTO r VALUES (4, 2, 'y'), (5, 3, 'z'), (6, 3, 'z')")
     cs = base.changes(since=cursor)
-    v.merge(Changeset(source=cs.source, since=cs.since, cursor=cs.cursor, cl=cs.cl,
-                      relations=[RelationChanges(name=rc.name, kind=rc.kind, columns=rc.columns, key=rc.key,
-                                                 fingerprint=rc.fingerprint, lineage=rc.lineage,
-                                                 tuples=rc.tuples.slice(0, 0), monos=None) for rc in cs.relations]))
+    v.merge(without_tuples(cs))
     assert app(v, "p") == [(1, "x"), (2, "y")]  # 4, 5, 6: entries without values
     cursor = base.cursor
     base.execute("DELETE FROM r WHERE a IN (1, 3, 4, 5)")

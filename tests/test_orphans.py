@@ -18,7 +18,7 @@ import pytest
 
 import crr
 from crr.catalog import STORAGE_VERSION
-from tests.conftest import app, general_merges
+from tests.conftest import app, general_merges, without_tuples
 from tests.test_point import _statements
 
 FIXTURE = Path(__file__).parent / "fixtures" / "site_v5.duckdb.gz"
@@ -56,11 +56,6 @@ def view_site(path) -> crr.Site:
 
 def without_entries(cs: crr.Changeset) -> crr.Changeset:
     return dataclasses.replace(cs, cl=cs.cl.slice(0, 0))
-
-
-def without_tuples(cs: crr.Changeset) -> crr.Changeset:
-    return dataclasses.replace(cs, relations=[dataclasses.replace(rc, tuples=rc.tuples.slice(0, 0))
-                                              for rc in cs.relations])
 
 
 def test_new_rows_are_added_without_looking_in_the_stored_tuples(base, tmp_path):

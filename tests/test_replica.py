@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import crr
-from tests.conftest import app, sync
+from tests.conftest import app, sync, without_tuples
 
 
 def layout(site: crr.Site, name: str) -> dict[str, str]:
@@ -257,7 +257,6 @@ def test_deletes_of_rows_whose_values_never_arrived_take_the_merge_after_the_upd
     brings their tuples too: the UPDATE writes every entry (and, inside it, the join's APP DELETE),
     and the MERGE after it adds the values it left. Fails if the rows of the two statements could not
     be put together, or the views went wrong after the MERGE."""
-    from crr.changeset import Changeset, RelationChanges
     from tests.test_point import _statements
 
     results = []
@@ -270,11 +269,7 @@ def test_deletes_of_rows_whose_values_never_arrived_take_the_merge_after_the_upd
     b.insert_many("r1", [(a, a % 4, a % 3, a, f"e{a}") for a in range(12, 20)])
     fresh = b.changes(since=cursor)
     assert fresh.cl is not None
-    v.merge(Changeset(source=fresh.source, since=fresh.since, cursor=fresh.cursor, cl=fresh.cl,
-                      relations=[RelationChanges(name=rc.name, kind=rc.kind, columns=rc.columns, key=rc.key,
-                                                 fingerprint=rc.fingerprint, lineage=rc.lineage,
-                                                 tuples=rc.tuples.slice(0, 0), monos=None)
-                                 for rc in fresh.relations]))
+    v.merge(without_tuples(fresh))
     assert v.execute('SELECT count(*) FROM _crr."r1$e" WHERE tseq IS NULL') == [(8,)]
     cursor = b.cursor
     b.execute("DELETE FROM r1 WHERE a % 2 = 0")  # 6 rows v holds with values, 4 it holds without
@@ -321,7 +316,6 @@ def test_first_inserts_of_rows_the_site_holds_entries_of_take_the_merge_after_th
     them inside it); the MERGE after it adds the stored rows' values, and the views derive from
     those in the steps after it. Fails if those tuples never reached the views, or reached them
     twice (monomials added again), or if the counts missed either part."""
-    from crr.changeset import Changeset, RelationChanges
     from tests.test_point import _statements
 
     results = []
@@ -333,11 +327,7 @@ def test_first_inserts_of_rows_the_site_holds_entries_of_take_the_merge_after_th
     b.insert_many("r1", [(a, a % 4, a % 3, a, f"e{a}") for a in range(6)])
     early = b.changes(since=cursor)
     assert early.cl is not None
-    v.merge(Changeset(source=early.source, since=early.since, cursor=early.cursor, cl=early.cl,
-                      relations=[RelationChanges(name=rc.name, kind=rc.kind, columns=rc.columns, key=rc.key,
-                                                 fingerprint=rc.fingerprint, lineage=rc.lineage,
-                                                 tuples=rc.tuples.slice(0, 0), monos=None)
-                                 for rc in early.relations]))
+    v.merge(without_tuples(early))
     assert len(app(v, "j")) == 3 and v.execute('SELECT count(*) FROM _crr."r1$e" WHERE tseq IS NULL') == [(6,)]
     b.insert_many("r1", [(a, a % 4, a % 3, a, f"e{a}") for a in range(6, 15)])
     statements = _statements(v, lambda: results.append(v.merge(b.changes(since=cursor))))  # rows 0..14
