@@ -598,7 +598,7 @@ class Maintainer:
             self.widths[rel.name] = (1, 1)
         # the relation's delta for the views: every added tuple, or, when the views derived from
         # the INSERT's inside it (_derivations_after) and a MERGE added more after it, the MERGE's
-        if derived:
+        if derived and written.followed:
             later = written.later
             added = (later.filter(pc.equal(later.column("tseq"), self._seq_scalar)).select(["id"])
                      if later is not None else added.slice(0, 0))

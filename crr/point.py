@@ -65,9 +65,9 @@ from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_has
 from crr.writes import disagreeing_entry_error, key_clash_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
-# a further statement of a one-statement write, run as a CTE after the write's own: (name, SQL,
-# parameters), the maintenance of the relations reading the table (crr.maintain.Maintainer.appends,
-# removals, rewrites) and its inputs
+# (a further statement of a one-statement write, run as a CTE after the write's own, is a
+# crr.cte.CteWrite: the maintenance of the relations reading the table, crr.maintain.Maintainer.appends,
+# removals, rewrites, and its inputs)
 # given a write's flips (id, visible now), added rows (id, values as text) and whether all of those
 # are new to the table, the statements that maintain the relations reading it (PointWrite.write)
 ThenWrites = Callable[[list[tuple[int, bool]], list[tuple[int, tuple[str | None, ...]]], bool], Sequence[CteWrite]]

@@ -93,8 +93,9 @@ def _row_columns(rel: Relation) -> str:
 
 
 def _returned(rel: Relation) -> tuple[str, ...]:
-    """What the replica's MERGE, first INSERT and UPDATE return of each row they write."""
-    return ("id", f"{quote_str(rel.name)} AS rel", "vis", "cl", "seq", "tseq")
+    """What the replica's MERGE, first INSERT and UPDATE return of each row they write (the columns
+    :func:`returned_columns` names; ``rel`` is the replica's name)."""
+    return tuple(f"{quote_str(rel.name)} AS rel" if c == "rel" else c for c in returned_columns())
 
 
 def _returned_sql(rel: Relation) -> str:
