@@ -30,6 +30,18 @@ from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind,
 from crr.upgrade import upgradable, upgrade
 
 
+def _clock_skew(seconds: object) -> float:
+    """A clock skew bound in seconds, as a float; :class:`SiteError` for NaN, a negative number or
+    anything else (``float("inf")``: no bound)."""
+    try:
+        skew = float(seconds)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        skew = float("nan")
+    if not skew >= 0:  # NaN too
+        raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), not {seconds!r}")
+    return skew
+
+
 class Site:
     """One device's replicated database.
 
@@ -41,13 +53,7 @@ class Site:
     def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
         self.path = str(path)
-        try:
-            skew = float(max_clock_skew)
-        except (TypeError, ValueError):
-            skew = float("nan")
-        if not skew >= 0:  # NaN too
-            raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), "
-                            f"not {max_clock_skew!r}")
+        skew = _clock_skew(max_clock_skew)
         try:
             con = duckdb.connect(self.path)
         except duckdb.Error as e:
@@ -63,8 +69,13 @@ class Site:
     # the shared state, as benchmarks and tests reach it (each is the state's own)
     @property
     def max_clock_skew(self) -> float:
-        """How far ahead of this site's clock (seconds) a merged stamp may be."""
+        """How far ahead of this site's clock (seconds) a merged stamp may be; settable (checked as
+        at opening), for the merges after."""
         return self._state.max_clock_skew
+
+    @max_clock_skew.setter
+    def max_clock_skew(self, seconds: float) -> None:
+        self._state.max_clock_skew = _clock_skew(seconds)
 
     @property
     def _con(self) -> duckdb.DuckDBPyConnection:

@@ -155,6 +155,14 @@ def test_clock_skew_is_configurable():
         strict.merge(cs)
     lenient.merge(cs)
     assert app(lenient, "t") == [(1, "x"), (2, "y")]
+    # set on an open site, it bounds the merges after; checked as at opening, and a bad value
+    # leaves the bound as it was
+    strict.max_clock_skew = 7200
+    strict.merge(cs)
+    assert app(strict, "t") == [(1, "x"), (2, "y")] and strict.max_clock_skew == 7200.0
+    with pytest.raises(crr.SiteError, match="max_clock_skew"):
+        strict.max_clock_skew = -5
+    assert strict.max_clock_skew == 7200.0
 
 
 def test_an_unbounded_clock_skew_takes_any_stamp_and_a_bad_one_is_refused():
