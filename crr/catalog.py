@@ -330,6 +330,11 @@ KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "
 """How messages name each kind of relation."""
 
 
+def kind_text(kind: RelationKind | None) -> str:
+    """How a message names a kind of relation (``relation`` when the kind is not known)."""
+    return KIND_TEXT.get(kind, "relation") if kind is not None else "relation"
+
+
 def aug_name(position: int) -> str:
     """The AUG-layer name of the user column at ``position`` (0-based)."""
     return f"c{position}"

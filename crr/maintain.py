@@ -614,6 +614,14 @@ class Maintainer:
             self.new_derived[rel.name] = replica.added_tuples_sql(rel, rows)
         return returned.filter(pc.greater(returned.column("cl"), _ZERO)).select(["id", "rel", "vis"])
 
+    def _one_replica_alone(self) -> bool:
+        """Whether this batch is a merge that brings one replica's share and nothing else (no other
+        home's entries, no other relation's tuples): what :meth:`_derivations_after` and
+        :meth:`_lost_derivations_after` fold into the replica's statement."""
+        batch = self.batch
+        return (batch is not None and batch.local is None and not batch.base and not batch.derived
+                and not batch.colocated and batch.received is None and len(batch.replicas) == 1)
+
     def _derivations_after(self, rel: Relation, part: replica.ReplicaBatch) -> tuple[Follow | None, dict[str, tuple[str, str]]]:
         """For a batch that brings nothing but first inserts of the remote source ``rel`` (a replica
         without an APP table), the maintenance of the views over it as writes run in the replica's
@@ -631,9 +639,7 @@ class Maintainer:
         When the MERGE runs after the INSERT (some received row was stored), the views derive in
         steps 4 and 5 from the tuples the MERGE added, and re-read the membership of what it
         wrote."""
-        batch = self.batch
-        if (batch is None or batch.local is not None or batch.base or batch.derived or batch.colocated
-                or batch.received is not None or len(batch.replicas) != 1 or rel.has_app or rel.derived
+        if (not self._one_replica_alone() or rel.has_app or rel.derived
                 or part.entries is None or part.tuples is None or not takes_first_insert(part.entries)):
             return None, {}
         received = self.slots.table(part.tuples.table).column(part.tuples.id_column)
@@ -686,10 +692,7 @@ class Maintainer:
         (:meth:`_only_derivations_lost`): :func:`lost_derivations_sql` over those rows the UPDATE
         returned. When the MERGE runs after it, step 5 maintains the views again over every row
         written (removing tuples already gone removes nothing). ``(None, {})`` for any other batch."""
-        batch = self.batch
-        if (batch is None or batch.local is not None or batch.base or batch.derived or batch.colocated
-                or batch.received is not None or len(batch.replicas) != 1
-                or part.entries is None or not part.entries.deletions_only):
+        if not self._one_replica_alone() or part.entries is None or not part.entries.deletions_only:
             return None, {}
         written = "(SELECT id FROM _crr_e WHERE cl > 0 AND NOT vis)"
         then: list[CteWrite] = []

@@ -14,9 +14,9 @@ from typing import Any
 from crr import colocated, replica
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
-from crr.catalog import (APP_TABLE_EXISTS_SQL, KIND_TEXT, NEXT_POSITION_SQL, RELATION_DELETE_SQL, STORED_UPDATE_SQL,
+from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELETE_SQL, STORED_UPDATE_SQL,
                          Relation, aug_ddl, describe_query_sql, drop_ddl, relation_insert_sql, relation_row,
-                         stand_in_drop_sql, stand_in_view_sql)
+                         kind_text, stand_in_drop_sql, stand_in_view_sql)
 from crr.causal import relation_entries_delete_sql
 from crr.errors import CatalogError, UnsupportedSqlError
 from crr.maintain import view_errors
@@ -25,11 +25,6 @@ from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
 from crr.sql.statements import CreateTable, CreateView, Drop, Other, RelationKind, parse_one
 from crr.types import Column, type_family, type_probe_sql
-
-
-def kind_text(kind: RelationKind | None) -> str:
-    """How an error message names a kind of relation."""
-    return KIND_TEXT.get(kind, "relation") if kind is not None else "relation"
 
 
 def compile_definition(state: SiteState, name: str, sql: str) -> tuple[Any, AggregateSpec | None]:

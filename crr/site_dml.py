@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from crr.batch_rows import Rows, RowsKind
 from crr.bulk_input import column_positions, rows_arrow
-from crr.catalog import KIND_TEXT, SCHEMA, Relation
+from crr.catalog import SCHEMA, Relation, kind_text
 from crr.causal import LocalEntries
 from crr.changeset import check_duckdb_values
 from crr.cte import CteWrite
@@ -73,7 +73,7 @@ def writable(state: SiteState, name: str) -> Relation:
         raise CatalogError(f"no replicated table named {name} at this site")
     if not rel.is_base:
         raise ReadOnlyRelationError(
-            f"{name} is a {KIND_TEXT.get(rel.kind, 'relation')} and cannot be written here; "
+            f"{name} is a {kind_text(rel.kind)} and cannot be written here; "
             + ("its contents follow its query" if rel.kind is RelationKind.VIEW else
                "it only feeds this site's views" if rel.kind is RelationKind.SOURCE else
                "it changes only by merging changesets from the sites that hold it"))
