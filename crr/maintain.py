@@ -1387,10 +1387,29 @@ class Maintainer:
         if set(view.plan.inputs) == {rel.name}:  # every id is one the statement wrote, visible
             present = f"SELECT vid, {cols_sql(view)} FROM {added}"
         else:
-            present = alive_sql(view, added, narrowed_visibility(self._visibility(view), added))
+            present = alive_sql(view, added, narrowed_visibility(self._visibility_beside_added(view, rel), added))
         rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         return [(added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]),
                 (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()) + " RETURNING 1", [])]
+
+    def _visibility_beside_added(self, view: Relation, rel: Relation) -> str:
+        """FROM text of ``(id, vis)`` for ``in?`` of the monomials :meth:`_append_parts` adds to
+        ``view``: ``rel``'s ids in them are those of its added tuples (``self.new_base``, or the
+        monomials of a replica's first inserts, ``self.new_derived``), each visible, and the others
+        are looked up in the entries of the rest of the view's lineage only (its inputs' lineages are
+        disjoint: :meth:`one_statement_views`, :meth:`_derivations_after`). Leaving ``rel`` out lets
+        DuckDB skip its row groups of ``_crr.cl`` by their ``rel`` zone maps, and a replica's ``$e``
+        altogether: a 1-row merge into the 1M-row join view scanned R1's million entries to find the
+        visibility of its R2 partners."""
+        lineage = self.lineage.get(view.name)
+        if lineage is None:
+            return self._visibility(view)
+        others = self._visibility(view, lineage - {rel.name})
+        if rel.name in self.new_base:
+            added = f"SELECT id, true AS vis FROM {self.new_base[rel.name]}"
+        else:
+            added = f"SELECT unnest(ids) AS id, true AS vis FROM {self.new_derived[rel.name]}"
+        return f"(SELECT id, vis FROM {others} UNION ALL {added})"
 
     def rewrites(self, rel: Relation, views: list[tuple[Relation, str]], flips: str, fresh: bool,
                  only_new: bool) -> list[CteWrite]:
