@@ -140,6 +140,22 @@ def test_a_merge_of_new_rows_is_one_statement_that_writes_the_views_and_the_curs
     assert not result.changed and app(dst, "j") == [(1, "x", "w1")]
 
 
+def test_the_join_looks_up_only_its_partners_entries():
+    """The new rows' ids are visible (the statement wrote them), so ``in?`` of the join's new
+    monomials reads only the other table's entries, whose row groups DuckDB can pick by their
+    ``rel`` zone maps (at 1M rows of t it scanned all of t's entries otherwise)."""
+    src, dst = _pair()
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [1, "x"])
+    ran = _merge_statements(dst, cs)
+    assert len(ran) == 1 and "FROM _crr.cl WHERE rel IN ('d')" in ran[0], ran
+    assert "rel IN ('d', 't')" not in ran[0]
+    assert app(dst, "j") == [(1, "x", "w1")]  # its own id counted visible
+    # a partner deleted at the source: the monomial is dead, no APP row
+    cs = _written(src, "INSERT INTO t VALUES (?, ?)", [4, "y"])
+    assert len(_merge_statements(dst, cs)) == 1
+    assert app(dst, "j") == [(1, "x", "w1")] and ("y",) in app(dst, "p")
+
+
 @pytest.mark.parametrize("route", ROUTES)
 def test_its_result_and_state_are_the_general_paths(route: str):
     src, fused, general = _trio()
