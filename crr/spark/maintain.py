@@ -239,11 +239,12 @@ class SparkMaintainer:
             return
         key = monos_key(rel)
         monos = monos.dropDuplicates(["vid", "ids"])
-        # the stored derivations with a batch monomial's tuple and first id: one scan probing the
-        # pairs (a projection's tuple has many monomials, a join's popular id many tuples)
+        # the stored derivations of the batch's tuples whose first id is a batch monomial's: one scan
+        # probing both (a projection's tuple has many monomials, a join's popular id many tuples)
         first = F.col("ids")[0].alias("first")
         stored = (self.txn.read(key).select("vid", "ids", first)
-                  .join(small_side(monos.select("vid", first), small), ["vid", "first"], "left_semi"))
+                  .join(small_side(monos.select("vid").distinct(), small), "vid", "left_semi")
+                  .join(small_side(monos.select(first).distinct(), small), "first", "left_semi"))
         new = monos.join(stored.select("vid", "ids"), ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
