@@ -18,6 +18,11 @@ from crr.errors import SqlError, TypeMismatchError
 def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -> pa.Table:
     """Python rows (each a tuple of values in column order) as an Arrow table whose columns are
     ``names``, each of the type Arrow infers from its values (an empty table: NULL columns)."""
+    for r in rows:
+        if not isinstance(r, (tuple, list)):
+            raise TypeMismatchError(f"insert_many into {table}: each row must be a tuple or list of values in "
+                                    f"column order ({', '.join(names)}), got a {type(r).__name__}; for rows "
+                                    "keyed by column name pass pyarrow.Table.from_pylist(rows)")
     if any(len(r) != len(names) for r in rows):
         raise SqlError(f"insert_many into {table}: every row needs {len(names)} values ({', '.join(names)})")
     if not rows:
@@ -27,6 +32,14 @@ def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
         raise TypeMismatchError(f"insert_many into {table}: the values of a column do not share one type "
                                 f"({e}); nothing was written") from None
+
+
+def row_list(table: str, rows: object) -> list:
+    """``rows`` (any iterable of rows) as a list; TypeMismatchError when it is not one."""
+    if rows is None or isinstance(rows, (str, bytes, dict)) or not hasattr(rows, "__iter__"):
+        raise TypeMismatchError(f"insert_many into {table}: rows must be a list of tuples, a pyarrow Table or a "
+                                f"data frame, got {type(rows).__name__}")
+    return list(rows)
 
 
 def column_positions(table: str, given: list[str], names: list[str]) -> dict[str, int]:

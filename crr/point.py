@@ -395,6 +395,8 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ..
     refuses what DuckDB cannot cast)."""
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None
+    if {i for at in params_at for i in at if i is not None} != set(range(len(params))):
+        return None  # too few or too many values: the statement runs, and DuckDB's error says which
     rows = []
     for at in params_at:
         row = value_texts(columns, [None if i is None else params[i] for i in at])

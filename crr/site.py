@@ -22,7 +22,7 @@ from crr.changeset import Changeset
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
-from crr.errors import CatalogError, SiteError
+from crr.errors import CatalogError, SiteError, SqlError
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
 from crr.prepared import Prepared
 from crr.site_state import SiteState
@@ -52,7 +52,10 @@ class Site:
 
     def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
-        self.path = str(path)
+        if site_id is not None and (not isinstance(site_id, str) or not site_id.strip()):
+            raise SiteError(f"site_id must be a non-empty string, got {site_id!r}; or leave it out to have one "
+                            "generated")
+        self.path = ":memory:" if path is None else str(path)  # None: a new in-memory site, as the default
         skew = _clock_skew(max_clock_skew)
         try:
             con = duckdb.connect(self.path)
@@ -215,6 +218,12 @@ class Site:
         """
         state = self._state
         state.check_open()
+        if not isinstance(sql, str):
+            raise SqlError(f"execute takes one SQL statement as a string, got {type(sql).__name__}")
+        if params is not None and (isinstance(params, (str, bytes)) or not isinstance(params, dict)
+                                   and not hasattr(params, "__iter__")):
+            raise SqlError(f"execute's parameters must be a list or tuple of values (or a dict for $name "
+                           f"parameters), got {type(params).__name__}")
         stmt = self._classify(sql)
         params = list(params) if params is not None and not isinstance(params, dict) else params
         if isinstance(stmt, (CreateTable, CreateView, Drop)):

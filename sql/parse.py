@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 
 from crr.errors import SqlError
 
@@ -36,7 +36,7 @@ def parse_one(sql: str) -> exp.Expression:
     """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
     try:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
-    except ParseError as e:
+    except (ParseError, TokenError) as e:
         raise SqlError(f"cannot parse SQL: {_first_line(str(e))}") from None
     if len(trees) != 1:
         raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")

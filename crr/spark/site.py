@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.bulk_input import column_positions, rows_arrow
+from crr.bulk_input import column_positions, row_list, rows_arrow
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
 from crr.changeset import Changeset
 from crr.clock import HybridClock
@@ -337,6 +337,8 @@ class SparkSite:
         matched by name when all names match, else by position).
         """
         self._check_open()
+        if not isinstance(table, str):
+            raise CatalogError(f"insert_many: the table must be named by a string, got {type(table).__name__}")
         rel = self.relation(table)
         if not rel.is_base:
             raise ReadOnlyRelationError(f"{rel.name} is a {KIND_TEXT[rel.kind]}; only replicated tables are "
@@ -372,7 +374,7 @@ class SparkSite:
             if isinstance(rows, pa.Table):
                 data = rows
             else:
-                data = rows_arrow(rel.name, list(rows), names)
+                data = rows_arrow(rel.name, row_list(rel.name, rows), names)
             given = [fold_identifier(c) for c in data.column_names]
             count = data.num_rows
             data = data.rename_columns([f"g{i}" for i in range(len(given))])

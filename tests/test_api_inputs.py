@@ -1,0 +1,69 @@
+"""Bad arguments to the Python API are refused with a crr error and change nothing (DESIGN 1.6).
+
+Each case once raised Python's own exception (TypeError, IndexError, AttributeError, sqlglot's
+TokenError) or did something else than asked (a dict row stored its keys as values, extra INSERT
+parameters were ignored, ``Site(None)`` created a file named ``None``); found by probing the API.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pytest
+
+import crr
+from crr.errors import CatalogError, SiteError, SqlError, TypeMismatchError
+
+
+@pytest.fixture
+def site() -> crr.Site:
+    s = crr.Site(site_id="s")
+    s.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    s.execute("INSERT INTO t VALUES (1, 'a')")
+    return s
+
+
+CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
+    ("too few parameters", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", [2]), SqlError, "parameters"),
+    ("too many parameters", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", [2, "b", "c"]), SqlError, "excess"),
+    ("parameters not a list", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", 4), SqlError, "list or tuple"),
+    ("parameters a string", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", "ab"), SqlError, "list or tuple"),
+    ("no statement", lambda s: s.execute(None), SqlError, "as a string"),
+    ("statement as bytes", lambda s: s.execute(b"SELECT 1"), SqlError, "as a string"),
+    ("untokenizable statement", lambda s: s.execute("INSERT INTO t VALUES ($1,$2)", [2, "b"]), crr.CrrError, ""),
+    ("rows None", lambda s: s.insert_many("t", None), TypeMismatchError, "list of tuples"),
+    ("rows of scalars", lambda s: s.insert_many("t", [1, 2]), TypeMismatchError, "tuple or list"),
+    ("rows as dicts", lambda s: s.insert_many("t", [{"k": 2, "v": "b"}]), TypeMismatchError, "from_pylist"),
+    ("table not named", lambda s: s.insert_many(None, [(2, "b")]), CatalogError, "string"),
+]
+
+
+@pytest.mark.parametrize("case, call, error, words", CASES, ids=[c[0] for c in CASES])
+def test_bad_arguments_are_refused_and_change_nothing(site: crr.Site, case: str, call, error: type, words: str):
+    before = site.execute("SELECT * FROM t ORDER BY k"), site.cursor
+    with pytest.raises(error) as e:
+        call(site)
+    assert words in str(e.value), str(e.value)
+    assert (site.execute("SELECT * FROM t ORDER BY k"), site.cursor) == before
+    site.execute("INSERT INTO t VALUES (?, ?)", [9, "z"])  # still usable
+    assert (9, "z") in site.execute("SELECT * FROM t")
+
+
+def test_the_right_number_of_parameters_still_takes_the_point_path(site: crr.Site):
+    assert site.execute("INSERT INTO t VALUES (?, ?)", [2, "b"]) == [(1,)]
+    assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
+
+
+@pytest.mark.parametrize("site_id", [5, "", "  ", b"x"])
+def test_a_site_id_must_be_a_non_empty_string(site_id):
+    with pytest.raises(SiteError, match="non-empty string"):
+        crr.Site(site_id=site_id)
+
+
+def test_site_none_is_a_new_in_memory_site(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    a, b = crr.Site(None), crr.Site(None)
+    assert a.site_id != b.site_id and os.listdir(tmp_path) == []
+    a.execute("CREATE REPLICATED TABLE t (k INT)")
+    assert "t" not in b.relations()
