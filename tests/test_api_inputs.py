@@ -67,3 +67,12 @@ def test_site_none_is_a_new_in_memory_site(tmp_path, monkeypatch):
     assert a.site_id != b.site_id and os.listdir(tmp_path) == []
     a.execute("CREATE REPLICATED TABLE t (k INT)")
     assert "t" not in b.relations()
+
+
+@pytest.mark.parametrize("name", ["rels", "params", "state", "stmt"])
+def test_an_unknown_table_is_not_one_of_crrs_python_variables(site: crr.Site, name: str):
+    """DuckDB's replacement scans looked names up among the calling Python frames' variables: an
+    unknown table named like one of crr's locals read that object ("Python Object ... not suitable
+    for replacement scans")."""
+    with pytest.raises(SqlError, match="does not exist"):
+        site.execute(f"SELECT * FROM {name}")
