@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from crr.errors import SqlError, TypeMismatchError
+from crr.errors import CatalogError, SqlError, TypeMismatchError
 
 
 def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -> pa.Table:
@@ -32,6 +32,13 @@ def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
         raise TypeMismatchError(f"insert_many into {table}: the values of a column do not share one type "
                                 f"({e}); nothing was written") from None
+
+
+def table_name(table: object) -> str:
+    """The name ``insert_many`` was given for its table; CatalogError when it is not a string."""
+    if not isinstance(table, str):
+        raise CatalogError(f"insert_many: the table must be named by a string, got {type(table).__name__}")
+    return table
 
 
 def row_list(table: str, rows: object) -> list:

@@ -26,7 +26,7 @@ import duckdb
 import pyarrow as pa
 
 from crr.batch_rows import Rows, RowsKind
-from crr.bulk_input import column_positions, row_list, rows_arrow
+from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
 from crr.catalog import SCHEMA, Relation, kind_text
 from crr.causal import LocalEntries
 from crr.changeset import check_duckdb_values
@@ -179,9 +179,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
 def insert_many(state: SiteState, table: str, rows: Any) -> int:
     """Bulk-insert rows into a replicated table in one transaction (see :meth:`crr.site.Site.insert_many`)."""
     state.check_open()
-    if not isinstance(table, str):
-        raise CatalogError(f"insert_many: the table must be named by a string, got {type(table).__name__}")
-    rel = writable(state, fold_identifier(table))
+    rel = writable(state, fold_identifier(table_name(table)))
     names = rel.column_names
     if isinstance(rows, pa.Table):
         data = rows

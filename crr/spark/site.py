@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.bulk_input import column_positions, row_list, rows_arrow
+from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
 from crr.changeset import Changeset
 from crr.clock import HybridClock
@@ -337,9 +337,7 @@ class SparkSite:
         matched by name when all names match, else by position).
         """
         self._check_open()
-        if not isinstance(table, str):
-            raise CatalogError(f"insert_many: the table must be named by a string, got {type(table).__name__}")
-        rel = self.relation(table)
+        rel = self.relation(table_name(table))
         if not rel.is_base:
             raise ReadOnlyRelationError(f"{rel.name} is a {KIND_TEXT[rel.kind]}; only replicated tables are "
                                         "written here (its rows come from merges)")
