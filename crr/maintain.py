@@ -656,22 +656,10 @@ class Maintainer:
         names: dict[str, tuple[str, str]] = {}
         try:
             for n, view in enumerate(readers):
-                plan = view.plan
-                assert plan is not None
-                # (a view over this one holds rel in its lineage too: it fails the first test)
-                if (rel.name not in plan.inputs or view.colocated or view.aggregate is not None or not view.has_app
-                        or not all(self._single_id(r) for r in plan.inputs) or not self._disjoint_lineages(plan.inputs)):
-                    return None, {}
-                cand, linear, _ = self._candidates(view, {rel.name})
-                width = self._plan_width(view)
-                if not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide):
-                    return None, {}
-                if view.name not in self.widths:  # read once after opening, as the general path would
-                    stored = self._stored_widths(view)
-                    if stored is None:
-                        return None, {}  # no monomials yet: the general path records their lengths
-                    self.widths[view.name] = stored
-                if self.widths[view.name] != width:
+                # (a view over this one holds rel in its lineage too: it does not read rel itself)
+                reads = view.plan is not None and rel.name in view.plan.inputs
+                cand = self._appendable(view, rel, self._single_id) if reads else None
+                if cand is None:
                     return None, {}
                 parts = self._append_parts(n, rel, view, cand)
                 then.extend(parts)
@@ -1464,23 +1452,36 @@ class Maintainer:
         out = []
         for name in derived:
             view = self.rels[name]
-            plan = view.plan
-            if (plan is None or view.colocated or view.aggregate is not None or not view.has_app
-                    or not all(self.rels[r].is_base for r in plan.inputs) or not self._disjoint_lineages(plan.inputs)):
-                return None
-            cand, linear, _ = self._candidates(view, {rel.name})
-            width = self._plan_width(view)
-            if not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide):
-                return None
-            if name not in self.widths:  # read once after opening, as the general path would
-                stored = self._stored_widths(view)
-                if stored is None:
-                    return None  # no monomials yet: the general path records their lengths
-                self.widths[name] = stored
-            if self.widths[name] != width:
+            cand = self._appendable(view, rel, lambda r: self.rels[r].is_base)
+            if cand is None:
                 return None
             out.append((view, cand))
         return out
+
+    def _appendable(self, view: Relation, rel: Relation, input_ok: Callable[[str], bool]) -> str | None:
+        """The SQL of ``view``'s candidate monomials from ``rel``'s new tuples (the delta
+        ``self.new_base`` or ``self.new_derived`` names for ``rel``), when the view can be maintained
+        inside the statement that adds them (:meth:`one_statement_views`, :meth:`_derivations_after`);
+        None otherwise. That is a view with an APP table of its own (not co-located, not an
+        aggregate) whose inputs each pass ``input_ok`` and have disjoint lineages (so each candidate
+        holds one of the new ids, which no older monomial holds), whose plan has one delta query for
+        ``rel``, and whose monomials all have the one length its ``$m`` holds already (no
+        absorption, no catalog change): read once per site, by one statement, when the width cache
+        lacks them, as the general path would."""
+        plan = view.plan
+        if (plan is None or view.colocated or view.aggregate is not None or not view.has_app
+                or not all(input_ok(r) for r in plan.inputs) or not self._disjoint_lineages(plan.inputs)):
+            return None
+        cand, linear, _ = self._candidates(view, {rel.name})
+        width = self._plan_width(view)
+        if not linear or width is None or width[0] != width[1] or (width[1] > 1 and not view.wide):
+            return None
+        if view.name not in self.widths:
+            stored = self._stored_widths(view)
+            if stored is None:
+                return None  # no monomials yet: the general path records their lengths
+            self.widths[view.name] = stored
+        return cand if self.widths[view.name] == width else None
 
     def removals(self, rel: Relation, derived: list[str], grown: str) -> list[CteWrite] | None:
         """The statements that maintain the relations ``derived`` from ``rel`` after a DELETE, to run
