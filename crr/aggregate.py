@@ -9,7 +9,8 @@ the core's present rows live in ``_crr."<v>$r"``. Each batch's membership change
 
 * ``_crr."<v>$g"``, one row per group: ``n`` (rows), and per aggregate term ``c<j>`` (non-NULL
   arguments), ``s<j>`` (their sum), ``m<j>`` (their extreme) or ``d<j>`` (distinct values), plus
-  ``stale`` (an extreme left the group: re-read from ``$r`` for that group only);
+  ``stale`` (an extreme left the group, or a sum overflowed or is not finite, inf or NaN: re-read
+  from ``$r`` for that group only);
 * ``_crr."<v>$d<j>"``, per COUNT(DISTINCT) term: ``(group keys, x, n)``, the multiplicity of each
   value in each group;
 * the APP table ``main.<v>``, whose rows are the user's SELECT list evaluated over the state of the
@@ -58,7 +59,7 @@ class AggregateStatement(Enum):
     STATE_MERGE = "merge the groups' deltas into $g, returning the groups touched"
     DISTINCT_MERGE = "merge a COUNT(DISTINCT) term's value multiplicities into $d<j>"
     DISTINCT_COUNT = "recount the distinct values of the groups touched"
-    EXTREMES = "re-read MIN/MAX of the groups whose extreme left"
+    REREAD = "re-read MIN/MAX and SUM of the groups flagged stale (an extreme left, a sum overflowed or is not finite)"
     APP_DELETE = "delete the APP rows of the groups touched"
     APP_INSERT = "insert the APP rows of the groups touched"
 
@@ -123,12 +124,15 @@ def _duckdb_aggregates() -> set[str]:
 
 
 def is_aggregate(query: exp.Expression) -> bool:
-    """Whether a view query aggregates (GROUP BY, HAVING, or an aggregate function in its SELECT list)."""
+    """Whether a view query aggregates (GROUP BY, HAVING, or an aggregate function in its SELECT list;
+    one inside a subquery aggregates the subquery, not the view)."""
     if not isinstance(query, exp.Select):
         return False
     if query.args.get("group") or query.args.get("having"):
         return True
-    return any(_is_aggregate_call(node) for e in query.expressions for node in e.walk())
+    inner = (exp.Select, exp.Subquery, exp.Exists)
+    return any(_is_aggregate_call(node) for e in query.expressions
+               for node in e.walk(prune=lambda n: isinstance(n, inner)) if not isinstance(node, inner))
 
 
 def _is_aggregate_call(node: exp.Expression) -> bool:
@@ -382,10 +386,17 @@ def state_merge_sql(spec: AggregateSpec, delta: str) -> str:
             ins_cols.append(f"c{j}")
             ins_vals.append(f"d.dc{j}")
         if t.kind in (AggKind.SUM, AggKind.AVG):
-            parts.append(f"coalesce(sum({x}) FILTER (WHERE sign > 0), 0) - coalesce(sum({x}) FILTER (WHERE sign < 0), 0) AS ds{j}")
-            sets.append(f"s{j} = CASE WHEN s.c{j} + d.dc{j} = 0 THEN NULL ELSE coalesce(s.s{j}, 0) + d.ds{j} END")
+            parts.append(f"sum({x}) FILTER (WHERE sign > 0) AS si{j}")
+            parts.append(f"sum({x}) FILTER (WHERE sign < 0) AS sd{j}")
+            # the values that left first, then those that came: the order that does not overflow when
+            # a group's extreme integers leave. An overflow (NULL from try) or a sum that is not
+            # finite (an inf or NaN in it, or one that left: inf - inf is NaN) marks the group stale
+            # and the sum is re-read from its rows (reread_sql), as DuckDB would evaluate it
+            new = f"try((coalesce(s.s{j}, 0) - coalesce(d.sd{j}, 0)) + coalesce(d.si{j}, 0))"
+            sets.append(f"s{j} = CASE WHEN s.c{j} + d.dc{j} = 0 THEN NULL ELSE {new} END")
+            stale.append(f"(s.c{j} + d.dc{j} > 0 AND NOT coalesce(isfinite(CAST({new} AS DOUBLE)), false))")
             ins_cols.append(f"s{j}")
-            ins_vals.append(f"CASE WHEN d.dc{j} > 0 THEN d.ds{j} END")
+            ins_vals.append(f"d.si{j}")
         if t.kind in (AggKind.MIN, AggKind.MAX):
             f, cmp = ("least", "<=") if t.kind is AggKind.MIN else ("greatest", ">=")
             parts.append(f"{t.kind.value}({x}) FILTER (WHERE sign > 0) AS mi{j}")
@@ -426,11 +437,18 @@ def distinct_count_sql(spec: AggregateSpec, j: int, touched: str) -> str:
         WHERE {_match(spec, 's', 'r')}"""
 
 
-def extremes_sql(spec: AggregateSpec) -> str:
-    """UPDATE re-reading MIN/MAX from the rows table for the stale groups only."""
-    ms = [(j, t) for j, t in enumerate(spec.terms) if t.kind in (AggKind.MIN, AggKind.MAX)]
-    cols = ", ".join(f"{t.kind.value}(c.x{t.arg}) AS m{j}" for j, t in ms)
-    sets = ", ".join(f"m{j} = r.m{j}" for j, _ in ms)
+REREAD_KINDS = (AggKind.MIN, AggKind.MAX, AggKind.SUM, AggKind.AVG)
+"""The terms whose value a group flagged ``stale`` re-reads from its rows: an extreme that left, a sum
+that overflowed or is not finite."""
+
+
+def reread_sql(spec: AggregateSpec) -> str:
+    """UPDATE re-reading MIN/MAX and SUM terms from the rows table for the stale groups only."""
+    ms = [(j, t) for j, t in enumerate(spec.terms) if t.kind in REREAD_KINDS]
+    column = {AggKind.MIN: "m", AggKind.MAX: "m", AggKind.SUM: "s", AggKind.AVG: "s"}
+    cols = ", ".join(f"{'sum' if column[t.kind] == 's' else t.kind.value}(c.x{t.arg}) AS {column[t.kind]}{j}"
+                     for j, t in ms)
+    sets = ", ".join(f"{column[t.kind]}{j} = r.{column[t.kind]}{j}" for j, t in ms)
     return f"""UPDATE {spec.state_table()} AS s SET {sets}, stale = false
         FROM (SELECT {_keys(spec, 'c.')}, {cols} FROM {spec.rows_table()} c
               SEMI JOIN (SELECT {_keys(spec, '')} FROM {spec.state_table()} WHERE stale) st ON {_match(spec, 'c', 'st')}
@@ -465,8 +483,8 @@ def maintain(con: duckdb.DuckDBPyConnection, spec: AggregateSpec, delta: str,
              register: Callable[[str, object], str]) -> None:
     """Apply one batch's core changes (``delta``: core columns plus ``sign``) to the state and APP.
 
-    Statements: the state MERGE; per COUNT(DISTINCT) term its MERGE and recount; the MIN/MAX re-read
-    when an extreme left; the APP DELETE and INSERT of the groups touched.
+    Statements: the state MERGE; per COUNT(DISTINCT) term its MERGE and recount; the MIN/MAX and SUM
+    re-read when a group is stale; the APP DELETE and INSERT of the groups touched.
     """
     touched = arrow_rows(con, state_merge_sql(spec, delta))
     if touched.num_rows == 0:
@@ -476,8 +494,8 @@ def maintain(con: duckdb.DuckDBPyConnection, spec: AggregateSpec, delta: str,
         if t.kind is AggKind.COUNT_DISTINCT:
             con.execute(distinct_merge_sql(spec, j, delta))
             con.execute(distinct_count_sql(spec, j, view))
-    if any(t.kind in (AggKind.MIN, AggKind.MAX) for t in spec.terms) and any(touched.column("stale").to_pylist()):
-        con.execute(extremes_sql(spec))
+    if any(t.kind in REREAD_KINDS for t in spec.terms) and any(touched.column("stale").to_pylist()):
+        con.execute(reread_sql(spec))
     scope = view if spec.grouped else None
     con.execute(app_delete_sql(spec, scope))
     con.execute(app_insert_sql(spec, scope))
