@@ -129,6 +129,11 @@ class Relation:
     # ``_crr.cl`` has no tuple here yet, so its received tuple is added without looking in ``$t``.
     # Set by the merge that stores such a tuple, never cleared.
     orphans: bool = False
+    # a remote table's or source's declared PRIMARY KEY. Its rows are the source's, so the key is not
+    # enforced here (while versions arrive, two of one key may be present at once), but a merge is
+    # refused unless the source is a replicated table with that key (crr.merge.check_schema).
+    # Stored in the catalog's ``key`` column, which a remote relation does not otherwise use.
+    declared_key: list[str] = field(default_factory=list)
 
     @property
     def narrow(self) -> bool:
@@ -157,6 +162,12 @@ class Relation:
     def column_names(self) -> list[str]:
         """The user's column names, in declaration order."""
         return [c.name for c in self.columns]
+
+    @property
+    def stated_key(self) -> list[str]:
+        """The key its changesets state: a replicated table's PRIMARY KEY, a remote relation's declared one
+        (a view's: none)."""
+        return self.key if self.is_base else self.declared_key
 
     @property
     def key_columns(self) -> list[Column]:
@@ -189,7 +200,7 @@ class Relation:
     def schema_text(self) -> str:
         """Human-readable schema, for error messages."""
         cols = ", ".join(f"{c.name} {c.type}" for c in self.columns)
-        key = f", PRIMARY KEY ({', '.join(self.key)})" if self.key else ""
+        key = f", PRIMARY KEY ({', '.join(self.stated_key)})" if self.stated_key else ""
         return f"({cols}{key})"
 
     def aug(self, suffix: str) -> str:
@@ -427,7 +438,7 @@ CATALOG_ROWS_SQL = f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY p
 
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
-    return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.key),
+    return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.stated_key),
             json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.wide, position,
             rel.stored, rel.derived, rel.colocated, rel.orphans]
 
@@ -441,8 +452,9 @@ def relation_from_row(row: tuple) -> Relation:
     derived = remote and (row[10] if len(row) > 10 else True)
     colocated = bool(row[11]) if len(row) > 11 else False
     orphans = row[12] is not False if len(row) > 12 else True  # unknown (a row written before it, NULL): assumed
+    key = json.loads(key)
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
-                    key=json.loads(key), not_null=json.loads(not_null), definition=definition,
+                    key=[] if remote else key, declared_key=key if remote else [], not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),
                     derived=bool(derived), colocated=colocated, orphans=orphans)
 

@@ -81,7 +81,7 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
             tuples = arrow_rows(con, derived_tuples_sql(rel, since))
         out.append(RelationChanges(
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
-            columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
+            columns=[(c.name, c.type) for c in rel.columns], key=list(rel.stated_key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
     homes = colocated.homes_of(catalog)  # co-located sources' entries live with their views
     replicas = [rel for rel in catalog.values() if rel.replica and rel.name in lineage]  # and replicas' with them

@@ -125,6 +125,7 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
     if rel.is_base and rc.kind is not ChangeKind.BASE:
         raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
                                   "at the source; a replicated table merges only replicas of itself")
+    _check_key(rel, rc)
     extra = [c for c in rel.not_null if c not in rc.not_null]
     if extra:
         # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
@@ -132,10 +133,32 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
             f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
             f"source {'does not' if rc.kind is ChangeKind.BASE else '(a view) cannot'} guarantee it; declare the "
             "relation here without that NOT NULL, or NOT NULL at the source too")
-    if rel.is_base and list(rc.key) != list(rel.key):
+
+
+def _check_key(rel: Relation, rc: RelationChanges) -> None:
+    """Refuse changes whose key differs from the one declared here (checked before NOT NULL, which a key
+    implies, so the message names the key).
+
+    A replicated table merges only replicas of the same key. A remote relation declared with a key
+    (not enforced here: :attr:`crr.catalog.Relation.declared_key`) merges a replicated table of that
+    key, or a relay's remote copy that states that key or none (a relay declared without one
+    forwards the source's rows all the same); a view's rows, which no key constrains, are refused.
+    """
+    mine, theirs = list(rel.stated_key), list(rc.key)
+    if not mine and not rel.is_base:
+        return
+    if rc.kind is ChangeKind.DERIVED and not theirs and not set(rc.lineage) <= {rel.name}:
         raise SchemaMismatchError(
-            f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
-            f"declares {rel.schema_text()}; the primary keys differ")
+            f"schema mismatch for relation {rel.name}: this site declares PRIMARY KEY ({', '.join(mine)}) but the "
+            f"source is a view (of {', '.join(sorted(rc.lineage))}), whose rows no key constrains; declare "
+            f"{rel.name} here without PRIMARY KEY")
+    if mine != theirs and (rc.kind is ChangeKind.BASE or theirs):
+        def said(key: list[str]) -> str:
+            return f"PRIMARY KEY ({', '.join(key)})" if key else "no PRIMARY KEY"
+        raise SchemaMismatchError(
+            f"schema mismatch for relation {rel.name}: this site declares {said(mine)}, the changeset's source "
+            f"has {said(theirs)}; declare {rel.name} with the source's key"
+            f"{'' if rel.is_base else ' (or, for a remote table, none)'}")
 
 
 def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, frozenset[str]]:

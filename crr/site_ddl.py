@@ -75,6 +75,7 @@ def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
             type_family(c.type)
         rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                        key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
+                       declared_key=stmt.key if stmt.kind is not RelationKind.REPLICATED else [],
                        not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                        stored=stmt.kind is not RelationKind.SOURCE)
         _add_relation(state, rel)

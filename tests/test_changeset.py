@@ -72,6 +72,56 @@ def test_schema_mismatch_names_relation_and_both_schemas():
     assert _snapshot(c) == state
 
 
+def _keyed_source(ddl: str, rows: str) -> crr.Site:
+    src = crr.Site(site_id="src")
+    src.execute(ddl)
+    src.execute(f"INSERT INTO r VALUES {rows}")
+    return src
+
+
+def test_a_declared_key_must_be_the_sources():
+    """A PRIMARY KEY declared here is compared with the source's before NOT NULL (which it implies):
+    a replicated table of another key, an unkeyed one, or a view would leave two rows of one key
+    here for good. A remote table declared without a key takes any of them, and one declared with
+    the source's key takes it directly and through a relay."""
+    by_b = _keyed_source("CREATE REPLICATED TABLE r (a INT NOT NULL, b INT PRIMARY KEY)", "(5, 1), (5, 2)")
+    unkeyed = _keyed_source("CREATE REPLICATED TABLE r (a INT NOT NULL, b INT)", "(1, 1), (1, 2)")
+    view = crr.Site(site_id="view")
+    view.execute("CREATE REPLICATED TABLE s (a INT NOT NULL, b INT)")
+    view.execute("CREATE MATERIALIZED VIEW r AS SELECT a, b FROM s")
+    view.execute("INSERT INTO s VALUES (1, 1), (1, 2)")
+    for kind in ("REPLICATED", "REMOTE"):
+        here = crr.Site(site_id="here")
+        here.execute(f"CREATE {kind} TABLE r (a INT PRIMARY KEY, b INT)")
+        for source, said in ((by_b, "has PRIMARY KEY \\(b\\)"), (unkeyed, "has no PRIMARY KEY"),
+                             (view, "is a view" if kind == "REMOTE" else "replicated table here but a view")):
+            with pytest.raises(crr.SchemaMismatchError, match=said):
+                here.merge(source.changes())
+            assert here.execute("SELECT * FROM r") == []
+    keyed = _keyed_source("CREATE REPLICATED TABLE r (a INT PRIMARY KEY, b INT)", "(1, 1), (2, 2)")
+    for source in (unkeyed, view, keyed):
+        free = crr.Site(site_id="free")
+        free.execute("CREATE REMOTE TABLE r (a INT, b INT)")        # no key (nor NOT NULL): takes any
+        free.merge(source.changes())
+        assert sorted(free.execute("SELECT * FROM r")) == sorted(source.execute("SELECT * FROM r"))
+    end = crr.Site(site_id="end")
+    end.execute("CREATE REMOTE TABLE r (a INT PRIMARY KEY, b INT)")
+    end.merge(keyed.changes())
+    end.merge(keyed.changes())
+    assert end.execute("SELECT * FROM r ORDER BY a") == [(1, 1), (2, 2)]
+    hop = crr.Site(site_id="hop")
+    hop.execute("CREATE REMOTE TABLE r (a INT PRIMARY KEY, b INT)")
+    hop.merge(end.changes())                                           # a relay stating the key
+    assert hop.execute("SELECT * FROM r ORDER BY a") == [(1, 1), (2, 2)]
+    plain = crr.Site(site_id="plain")
+    plain.execute("CREATE REMOTE TABLE r (a INT NOT NULL, b INT)")
+    plain.merge(keyed.changes())
+    last = crr.Site(site_id="last")
+    last.execute("CREATE REMOTE TABLE r (a INT PRIMARY KEY, b INT)")
+    last.merge(plain.changes())                                        # a relay stating none
+    assert last.execute("SELECT * FROM r ORDER BY a") == [(1, 1), (2, 2)]
+
+
 def test_unknown_relations_are_ignored():
     a, _ = _pair()
     d = crr.Site(site_id="d")

@@ -177,7 +177,7 @@ def collect_changes(txn_read, catalog: Catalog, names: list[str], since: int) ->
             tuples = _arrow_values(rel, value_rows, "vid")
         out.append(RelationChanges(
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
-            columns=[(c.name, c.type) for c in rel.columns], key=list(rel.key), not_null=list(rel.not_null),
+            columns=[(c.name, c.type) for c in rel.columns], key=list(rel.stated_key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos))
     entries = (current_cl(cl.where(F.col("seq") > since)).where(F.col("rel").isin(sorted(lineage)))
                .select("id", "rel", "cl", "kh", "stamp").toArrow())
