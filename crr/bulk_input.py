@@ -51,9 +51,17 @@ def row_list(table: str, rows: object) -> list:
 
 def column_positions(table: str, given: list[str], names: list[str]) -> dict[str, int]:
     """Where each of the table's columns ``names`` is among the input's columns ``given`` (folded
-    names): by name when every name matches, else by position when the counts agree."""
-    if sorted(given) == sorted(names):
+    names): by name when every name matches; else by position when the counts agree and no input
+    column is named like one of the table's at another position (a data frame's ``0, 1, ...``, or
+    ``k, value`` for ``k, v``), since reading ``v, kk`` by position would put ``v`` into ``k``."""
+    if sorted(given) == sorted(names) and len(set(given)) == len(given):
         return {n: given.index(n) for n in names}
-    if len(given) == len(names):
+    misplaced = [g for i, g in enumerate(given) if g in names and (i >= len(names) or names[i] != g)]
+    if len(given) == len(names) and not misplaced:
         return {n: i for i, n in enumerate(names)}
-    raise SqlError(f"insert_many into {table}: got columns {given}, expected {names}")
+    detail = [f"{what}: {', '.join(cols)}" for what, cols in (
+        ("unknown", [g for g in given if g not in names]), ("missing", [n for n in names if n not in given]),
+        ("repeated", sorted({g for g in given if given.count(g) > 1}))) if cols]
+    raise SqlError(f"insert_many into {table}: got columns {given}, expected {names}"
+                   + (f" ({'; '.join(detail)})" if detail else "")
+                   + "; name the input's columns as the table's, or in its order")

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import duckdb
 
-from crr import colocated, site_ddl, site_dml, site_merge
+from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION, Catalog, Relation,
                          SiteFlag, relation_from_row)
 from crr.changeset import Changeset
@@ -57,6 +57,9 @@ class Site:
                             "generated")
         self.path = ":memory:" if path is None else str(path)  # None: a new in-memory site, as the default
         skew = _clock_skew(max_clock_skew)
+        if open_files.holder(self.path) is not None:
+            raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
+                            "or close() it before opening the file again")
         try:
             con = duckdb.connect(self.path)
         except duckdb.Error as e:
@@ -69,6 +72,7 @@ class Site:
         except BaseException:
             con.close()
             raise
+        open_files.claim(self.path, self._state)
 
     # the shared state, as benchmarks and tests reach it (each is the state's own)
     @property
@@ -219,8 +223,6 @@ class Site:
         """
         state = self._state
         state.check_open()
-        if not isinstance(sql, str):
-            raise SqlError(f"execute takes one SQL statement as a string, got {type(sql).__name__}")
         if params is not None and (isinstance(params, (str, bytes)) or not isinstance(params, dict)
                                    and not hasattr(params, "__iter__")):
             raise SqlError(f"execute's parameters must be a list or tuple of values (or a dict for $name "
@@ -242,7 +244,7 @@ class Site:
     def _classify(self, sql: str):
         """Parse a statement, reusing the parse of DML seen before (apps repeat their statements)."""
         parsed = self._state.parsed
-        stmt = parsed.get(sql)
+        stmt = parsed.get(sql) if isinstance(sql, str) else None
         if stmt is None:
             stmt = classify(sql)
             if isinstance(stmt, Dml):

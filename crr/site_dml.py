@@ -31,7 +31,8 @@ from crr.catalog import SCHEMA, Relation, kind_text
 from crr.causal import LocalEntries
 from crr.changeset import check_duckdb_values
 from crr.cte import CteWrite
-from crr.errors import CatalogError, ChangesetError, ReadOnlyRelationError, TypeMismatchError, UnsupportedSqlError
+from crr.errors import (CatalogError, ChangesetError, ReadOnlyRelationError, SqlError, TypeMismatchError,
+                        UnsupportedSqlError)
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, Maintainer
 from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
@@ -55,6 +56,12 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
         touched = {t for t in stmt.writes if t in rels or t == f"{SCHEMA}."}
         if touched:
+            try:  # text DuckDB cannot parse (a typo: INSRT) is a syntax error, not a write
+                state.con.extract_statements(stmt.sql)
+            except duckdb.ParserException as e:
+                raise SqlError(str(e).strip()) from None
+            except duckdb.Error:
+                pass  # parsed, but DuckDB would not run it (a partial index): the refusal below stands
             raise UnsupportedSqlError(
                 f"this statement would change {', '.join(sorted(touched))} outside crr; crr relations "
                 "change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP of crr DDL")
@@ -100,7 +107,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
     point_write = PointWrite(state.con, state.prepared)
 
     def write(new_tried: bool = False, then: ThenWrites | None = None) -> PointResult | None:
-        with translated_errors(), views_inside(then is not None):
+        with translated_errors(rewritten=True), views_inside(then is not None):
             return point_write.write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                      new=stmt.kind is not DmlKind.DELETE, params=params, clock=state.clock,
                                      seq=state.seq + 1, given=given,
@@ -118,7 +125,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
         state.check_open()
         new_tried = True
         try:
-            with translated_errors(), views_inside(bool(appends)):
+            with translated_errors(rewritten=True), views_inside(bool(appends)):
                 point = point_write.insert_new(rel, given, state.clock, state.seq + 1,
                                                unchecked_entries=state.rels.unchecked_entries, then=appends or ())
         except ViewFailed:
@@ -133,7 +140,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
             # 2. the APP rows, the entries of their keys and the views' rows they held: one
             # statement, any number of rows, its own transaction
             state.check_open()
-            with translated_errors():
+            with translated_errors(rewritten=True):
                 count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, state.seq + 1,
                                            then=removals)
             if count:
@@ -165,7 +172,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
             return [(point.count,)]
         if stmt.kind is DmlKind.UPDATE:  # one query yields each row's old and new values
             assert rq.new is not None
-            with translated_errors():
+            with translated_errors(rewritten=True):
                 batch, count = prepare_update(state.con, rel, f"({rq.new})", state.clock, params,
                                               unchecked_entries=state.rels.unchecked_entries)
             state.apply(batch)
@@ -246,7 +253,7 @@ def _rewrites(m: Maintainer, rel: Relation, derived: list[str]) -> ThenWrites | 
 
 def _prepare(state: SiteState, rel: Relation, old: str | None, new: str | None, params=None) -> tuple[Batch, int]:
     """The batch of a write whose removed/added rows ``old``/``new`` select (see prepare_write)."""
-    with translated_errors():
+    with translated_errors(rewritten=True):
         return prepare_write(state.con, rel, old, new, state.clock, params,
                              unchecked_entries=state.rels.unchecked_entries)
 

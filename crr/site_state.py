@@ -17,6 +17,7 @@ other SQL, :mod:`crr.site_merge` for merges). This module holds what they have i
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import duckdb
@@ -44,15 +45,20 @@ _DUCKDB_ERRORS: list[tuple[type, type]] = [
 
 
 @contextlib.contextmanager
-def translated_errors() -> Iterator[None]:
-    """Re-raise DuckDB errors from user SQL as CrrError subclasses."""
+def translated_errors(rewritten: bool = False) -> Iterator[None]:
+    """Re-raise DuckDB errors from user SQL as CrrError subclasses. ``rewritten``: the statement DuckDB
+    ran is crr's rewrite of the user's (DML), so DuckDB's excerpt of it (``LINE 1: ...``), which
+    shows crr's own text, is left out."""
     try:
         yield
     except duckdb.Error as e:
+        text = str(e).strip()
+        if rewritten:
+            text = re.split(r"\n\s*LINE \d+:", text, maxsplit=1)[0].strip()
         for src, dst in _DUCKDB_ERRORS:
             if isinstance(e, src):
-                raise dst(str(e).strip()) from None
-        raise CrrError(f"DuckDB error: {str(e).strip()}") from None
+                raise dst(text) from None
+        raise CrrError(f"DuckDB error: {text}") from None
 
 
 class ViewFailed(Exception):

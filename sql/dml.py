@@ -47,6 +47,15 @@ def _cast(e: exp.Expression, type_sql: str) -> exp.Expression:
     return exp.Cast(this=e, to=exp.DataType.build(type_sql, dialect=DIALECT))
 
 
+def _with_ctes(tree: exp.Expression, query: exp.Select) -> exp.Select:
+    """``query`` with the statement's leading ``WITH`` (``WITH x AS (...) INSERT ...``), whose names its
+    parts read."""
+    ctes = tree.args.get("with_")
+    if ctes is not None:
+        query.set("with_", ctes.copy())
+    return query
+
+
 def _refuse(tree: exp.Expression, arg: str, what: str) -> None:
     if tree.args.get(arg):
         raise UnsupportedSqlError(f"{what} is not supported on replicated tables")
@@ -90,7 +99,7 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
         else:
             value = exp.Null()
         projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
-    query = exp.select(*projections).from_(subquery)
+    query = _with_ctes(tree, exp.select(*projections).from_(subquery))
     return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols))
 
 
@@ -162,7 +171,7 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         new_proj.append(exp.alias_(_cast(exp.column(src, quoted=True), type_sql), f"c{i}", quoted=True))
     old_cols = [exp.alias_(exp.column(f"_crr_old_{i}", quoted=True), f"o{i}", quoted=True) for i in range(len(names))]
     query = exp.select(*new_proj, *old_cols).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=_q("_crr_upd"))))
-    sql = query.sql(DIALECT)
+    sql = _with_ctes(tree, query).sql(DIALECT)
     return RowQueries(old=sql, new=sql)
 
 
@@ -182,4 +191,4 @@ def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) ->
         query = query.where(where.this.copy())
     if tree.args.get("using"):
         query = query.distinct()
-    return RowQueries(old=query.sql(DIALECT), new=None, delete=tree.sql(DIALECT), qualifier=qualifier)
+    return RowQueries(old=_with_ctes(tree, query).sql(DIALECT), new=None, delete=tree.sql(DIALECT), qualifier=qualifier)

@@ -131,7 +131,9 @@ Statement = CreateTable | CreateView | Drop | Dml | Other
 
 
 def classify(sql: str) -> Statement:
-    """Parse and classify one statement."""
+    """Parse and classify one statement (:class:`SqlError` for anything but a string)."""
+    if not isinstance(sql, str):
+        raise SqlError(f"execute takes one SQL statement as a string, got {type(sql).__name__}")
     known = _others.get(sql)
     if known is not None:  # apps repeat their queries: the verdict is a function of the text alone
         return known
@@ -161,9 +163,11 @@ def classify(sql: str) -> Statement:
         target = tree.this
         if isinstance(target, exp.Schema):
             target = target.this
-        if not isinstance(target, exp.Table):
+        if not isinstance(target, exp.Expression):
+            tree, target = None, None  # sqlglot misread it (DELETE t WHERE ...): DuckDB's parser decides in the guard
+        elif not isinstance(target, exp.Table):
             raise UnsupportedSqlError(f"{tree.key.upper()} into {target.sql(DIALECT)} is not supported")
-        if is_plain_dml(sql, tree):
+        if isinstance(target, exp.Table) and is_plain_dml(sql, tree):
             kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
             return Dml(kind=kind, target=target.name, tree=tree)
         # a write nested in a CTE (or SQL text), or words sqlglot reads otherwise than DuckDB: not a plain
@@ -213,6 +217,9 @@ def _create_table(kind: RelationKind, sql: str) -> CreateTable:
                 if isinstance(ckind, exp.NotNullColumnConstraint) and not ckind.args.get("allow_null"):
                     col.not_null = True
                 elif isinstance(ckind, exp.PrimaryKeyColumnConstraint):
+                    if key:
+                        raise SqlError(f"table {name} declares its PRIMARY KEY twice ({key[0]}, {col.name}); "
+                                       "for a key of several columns write PRIMARY KEY (a, b) after the columns")
                     key.append(col.name)
                     col.not_null = True
                 else:
@@ -223,7 +230,8 @@ def _create_table(kind: RelationKind, sql: str) -> CreateTable:
             columns.append(col)
         elif isinstance(item, exp.PrimaryKey):
             if key:
-                raise SqlError(f"table {name} declares its PRIMARY KEY twice")
+                raise SqlError(f"table {name} declares its PRIMARY KEY twice; for a key of several columns write "
+                               "PRIMARY KEY (a, b) after the columns, and no column PRIMARY KEY")
             key = [e.name for e in item.expressions]
         else:
             raise UnsupportedSqlError(

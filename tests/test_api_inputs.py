@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+import pyarrow as pa
 import pytest
 
 import crr
@@ -31,11 +32,16 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
     ("parameters a string", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", "ab"), SqlError, "list or tuple"),
     ("no statement", lambda s: s.execute(None), SqlError, "as a string"),
     ("statement as bytes", lambda s: s.execute(b"SELECT 1"), SqlError, "as a string"),
+    ("statement in a list", lambda s: s.execute(["SELECT 1"]), SqlError, "as a string"),
     ("untokenizable statement", lambda s: s.execute("INSERT INTO t VALUES ($1,$2)", [2, "b"]), crr.CrrError, ""),
     ("rows None", lambda s: s.insert_many("t", None), TypeMismatchError, "list of tuples"),
     ("rows of scalars", lambda s: s.insert_many("t", [1, 2]), TypeMismatchError, "tuple or list"),
     ("rows as dicts", lambda s: s.insert_many("t", [{"k": 2, "v": "b"}]), TypeMismatchError, "from_pylist"),
     ("table not named", lambda s: s.insert_many(None, [(2, "b")]), CatalogError, "string"),
+    ("Arrow column named like another's", lambda s: s.insert_many("t", pa.table({"v": [2], "kk": ["b"]})), SqlError,
+     "unknown: kk; missing: k"),
+    ("Arrow column repeated", lambda s: s.insert_many("t", pa.Table.from_arrays([pa.array([2]), pa.array([3])],
+                                                                                 ["k", "k"])), SqlError, "repeated: k"),
 ]
 
 
@@ -48,6 +54,15 @@ def test_bad_arguments_are_refused_and_change_nothing(site: crr.Site, case: str,
     assert (site.execute("SELECT * FROM t ORDER BY k"), site.cursor) == before
     site.execute("INSERT INTO t VALUES (?, ?)", [9, "z"])  # still usable
     assert (9, "z") in site.execute("SELECT * FROM t")
+
+
+def test_arrow_columns_are_read_by_name_or_else_by_position(site: crr.Site):
+    """Columns named as the table's are matched by name in any order; columns named otherwise
+    (a data frame's 0, 1, or a name that is no column's) are read in the table's order."""
+    site.insert_many("t", pa.table({"v": ["b"], "k": [2]}))
+    site.insert_many("t", pa.table({"0": [3], "1": ["c"]}))
+    site.insert_many("t", pa.table({"k": [4], "value": ["d"]}))
+    assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
 
 
 def test_the_right_number_of_parameters_still_takes_the_point_path(site: crr.Site):

@@ -34,6 +34,37 @@ def test_reopen_restores_everything_and_keeps_working(tmp_path):
     with pytest.raises(crr.SiteError, match="belongs to site"):
         crr.Site(path, site_id="someone-else")
 
+def test_a_file_is_one_open_sites_at_a_time(tmp_path):
+    """A second Site on an open file would count its own sequence numbers: two writes with the same
+    one, and a peer syncing by cursor would skip one of them. So it is refused until the first is
+    closed (or gone), and the writes of the first reach a peer whole."""
+    path = tmp_path / "one.duckdb"
+    first = crr.Site(path, site_id="one")
+    first.execute("CREATE REPLICATED TABLE r (a INT PRIMARY KEY)")
+    first.execute("INSERT INTO r VALUES (1)")
+    with pytest.raises(crr.SiteError, match="already open in this process"):
+        crr.Site(path)
+    with pytest.raises(crr.SiteError, match="already open in this process"):
+        crr.Site(tmp_path / "." / "one.duckdb")   # the same file by another spelling
+    first.execute("INSERT INTO r VALUES (2)")
+    assert first.cursor == 2
+    crr.Site(tmp_path / "other.duckdb").close()    # other files and in-memory sites are not held
+    crr.Site(), crr.Site()
+    first.close()
+    with crr.Site(path) as again:
+        again.execute("INSERT INTO r VALUES (3)")
+        assert again.cursor == 3
+        peer = crr.Site(site_id="peer")
+        peer.execute("CREATE REPLICATED TABLE r (a INT PRIMARY KEY)")
+        peer.merge(again.changes(since=2))
+        assert peer.execute("SELECT a FROM r") == [(3,)]
+    dropped = crr.Site(path)
+    dropped.execute("INSERT INTO r VALUES (4)")
+    dropped.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM r")
+    del dropped                                      # garbage-collected without close(): not held
+    crr.Site(path).close()
+
+
 
 CHILD = textwrap.dedent("""
     import sys, crr

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 import crr
-from crr.errors import (CatalogError, ChangesetError, ConstraintError, SchemaMismatchError, TypeMismatchError,
-                        UnsupportedSqlError)
+from crr.errors import (CatalogError, ChangesetError, ConstraintError, SchemaMismatchError, SqlError,
+                        TypeMismatchError, UnsupportedSqlError)
 from crr.types import Column, quote_ident, tuple_id_sql as duckdb_id_sql
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (Java 17 is on CI)")
@@ -417,6 +417,11 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
         site.execute("UPDATE r SET a = 2")
     with pytest.raises(UnsupportedSqlError, match="read-only"):
         site.execute("CREATE TABLE elsewhere AS SELECT 1 AS one")
+    for statement in (None, b"SELECT 1", ["SELECT 1"]):
+        with pytest.raises(SqlError, match="as a string"):
+            site.execute(statement)
+    with pytest.raises(SqlError, match="cannot parse"):
+        site.execute("SELECT 'unterminated")
     with pytest.raises(UnsupportedSqlError, match="aggregate views are not supported on a Spark site"):
         site.execute("CREATE MATERIALIZED VIEW agg AS SELECT b, count(*) FROM r GROUP BY b")
     with pytest.raises(CatalogError, match="no relation named nope"):

@@ -188,7 +188,9 @@ class SparkSite:
         try:
             stmt = classify(sql)
         except SqlError:
-            stmt = None
+            if not isinstance(sql, str):
+                raise
+            stmt = None  # DuckDB-only syntax, or Spark SQL: Spark decides (_query)
         if isinstance(stmt, CreateTable):
             return self._create_table(stmt)
         if isinstance(stmt, CreateView):
@@ -204,7 +206,7 @@ class SparkSite:
     def _query(self, sql: str) -> list[tuple]:
         try:
             tree = sqlglot.parse_one(sql, read="spark")
-        except sqlglot.errors.ParseError as e:
+        except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
             raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
         if not isinstance(tree, (exp.Select, exp.SetOperation, exp.Subquery)) or tree.find(exp.Insert, exp.Delete,
                                                                                          exp.Update, exp.Merge):
@@ -262,6 +264,7 @@ class SparkSite:
             spark_type(c.type)
         rel = Relation(name=stmt.name, kind=stmt.kind, columns=columns,
                        key=stmt.key if stmt.kind is RelationKind.REPLICATED else [],
+                       declared_key=stmt.key if stmt.kind is not RelationKind.REPLICATED else [],
                        not_null=[c.name for c in stmt.columns if c.not_null], wide=False,
                        stored=stmt.kind is not RelationKind.SOURCE)
 

@@ -1,0 +1,54 @@
+"""Which site files this process has open: a file is one :class:`crr.site.Site`'s at a time.
+
+Two ``Site`` objects on one file would share DuckDB's database (DuckDB hands a second connection
+to an open file the same instance) but not the site's in-memory state: each would count its own
+sequence numbers, so two writes would carry the same one and a peer's cursor would skip one of
+them, and DDL through one would stay unseen by the other's catalog. So opening a file that another
+live, unclosed ``Site`` of this process holds is refused (:func:`claim`); another process is kept
+out by DuckDB's own file lock.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+from typing import Protocol
+
+
+class _Holder(Protocol):
+    closed: bool
+
+
+_holders: dict[str, weakref.ref] = {}
+
+
+def file_key(path: str) -> str | None:
+    """The key of a site file (its real path), or None for an in-memory database (never shared)."""
+    if path == ":memory:" or path.startswith(":memory:"):
+        return None
+    return os.path.realpath(path)
+
+
+def _live(key: str) -> _Holder | None:
+    ref = _holders.get(key)
+    held = ref() if ref is not None else None
+    return held if held is not None and not held.closed else None
+
+
+def holder(path: str) -> _Holder | None:
+    """The live, unclosed state that holds ``path`` in this process, if any: a site dropped without
+    ``close()`` but kept alive only by reference cycles is collected first, so it does not count."""
+    key = file_key(path)
+    if key is None or _live(key) is None:
+        return None
+    gc.collect()
+    return _live(key)
+
+
+def claim(path: str, state: _Holder) -> None:
+    """Record that ``state`` holds ``path`` (the caller has checked :func:`holder` first); the claim
+    ends when ``state`` is closed or garbage-collected."""
+    key = file_key(path)
+    if key is not None:
+        _holders[key] = weakref.ref(state)
