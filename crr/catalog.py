@@ -454,7 +454,8 @@ def relation_from_row(row: tuple) -> Relation:
     orphans = row[12] is not False if len(row) > 12 else True  # unknown (a row written before it, NULL): assumed
     key = json.loads(key)
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
-                    key=[] if remote else key, declared_key=key if remote else [], not_null=json.loads(not_null), definition=definition,
+                    key=[] if remote else key, declared_key=key if remote else [],
+                    not_null=json.loads(not_null), definition=definition,
                     lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),
                     derived=bool(derived), colocated=colocated, orphans=orphans)
 

@@ -24,9 +24,13 @@ _holders: dict[str, weakref.ref] = {}
 
 
 def file_key(path: str) -> str | None:
-    """The key of a site file (its real path), or None for an in-memory database (never shared)."""
-    if path == ":memory:" or path.startswith(":memory:"):
+    """The key of a site file (its real path); a named in-memory database (``:memory:name``, which
+    DuckDB shares within the process) by its name; None for an unnamed one (``:memory:`` or an empty
+    path: each connection gets its own)."""
+    if not path or path == ":memory:":
         return None
+    if path.startswith(":memory:"):
+        return path
     return os.path.realpath(path)
 
 

@@ -49,7 +49,11 @@ def test_a_file_is_one_open_sites_at_a_time(tmp_path):
     first.execute("INSERT INTO r VALUES (2)")
     assert first.cursor == 2
     crr.Site(tmp_path / "other.duckdb").close()    # other files and in-memory sites are not held
-    crr.Site(), crr.Site()
+    crr.Site(), crr.Site(), crr.Site(":memory:"), crr.Site(":memory:")
+    named = crr.Site(":memory:shared")   # DuckDB shares a named in-memory database within the process
+    with pytest.raises(crr.SiteError, match="already open in this process"):
+        crr.Site(":memory:shared")
+    named.close()
     first.close()
     with crr.Site(path) as again:
         again.execute("INSERT INTO r VALUES (3)")
