@@ -62,9 +62,13 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
                 raise SqlError(str(e).strip()) from None
             except duckdb.Error:
                 pass  # parsed, but DuckDB would not run it (a partial index): the refusal below stands
+            names = ", ".join(sorted(touched))
             raise UnsupportedSqlError(
-                f"this statement would change {', '.join(sorted(touched))} outside crr; crr relations "
-                "change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP of crr DDL")
+                (f"this statement would change {names} outside crr" if stmt.tree is not None else
+                 f"crr's SQL parser cannot read this statement (or reads it otherwise than DuckDB), which names "
+                 f"{names}, so it may change {names} outside crr (if it is plain DML, write it more simply)")
+                + "; crr relations change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP "
+                "of crr DDL")
     with translated_errors():
         cur = state.con.execute(stmt.sql, params) if params else state.con.execute(stmt.sql)
         try:

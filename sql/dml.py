@@ -81,6 +81,10 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
     source = tree.expression
     if source is None:
         raise UnsupportedSqlError("INSERT ... DEFAULT VALUES is not supported; list the values")
+    width = _width(source)
+    if width is not None and width != len(target_cols):
+        raise SqlError(f"INSERT into {table} gives {width} values for {len(target_cols)} columns "
+                       f"({', '.join(target_cols)}); give one value per column")
     if isinstance(source, exp.Values):
         # each cell is cast to its column's type inside the list, as DuckDB's own INSERT does, so literals
         # of different types in one column ('infinity' beside TIMESTAMP '...') need not unify first
@@ -101,6 +105,23 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
         projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
     query = _with_ctes(tree, exp.select(*projections).from_(subquery))
     return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols))
+
+
+def _width(source: exp.Expression) -> int | None:
+    """How many values each row of an INSERT's source has, when its text tells (VALUES, or a SELECT
+    list without ``*``); None otherwise (DuckDB's binder then checks too few, and more are dropped)."""
+    while isinstance(source, exp.Subquery):
+        source = source.this
+    if isinstance(source, exp.SetOperation):
+        return _width(source.this)
+    if isinstance(source, exp.Values):
+        widths = {len(row.expressions) if isinstance(row, exp.Tuple) else 1 for row in source.expressions}
+        return widths.pop() if len(widths) == 1 else None
+    if isinstance(source, exp.Select) and not any(
+            isinstance(e, exp.Star) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
+            or isinstance(e, exp.Columns) if hasattr(exp, "Columns") else False for e in source.expressions):
+        return len(source.expressions)
+    return None
 
 
 def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tuple[tuple[int | None, ...], ...] | None:
@@ -150,6 +171,13 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
             raise SqlError(f"table {table} has no column {col} (columns: {', '.join(names)})")
         if col in assignments:
             raise SqlError(f"UPDATE sets column {col} twice")
+        if eq.expression.find(exp.Unnest, exp.Explode) is not None:
+            raise UnsupportedSqlError(f"UPDATE ... SET {col} = {eq.expression.sql(DIALECT)[:60]}: a set-returning "
+                                      "function gives a row several new values; DuckDB refuses UNNEST in SET too")
+        if (isinstance(eq.expression, exp.Column) and eq.expression.name == "default" and not eq.expression.table
+                and not eq.expression.this.quoted):
+            raise UnsupportedSqlError(f"UPDATE ... SET {col} = DEFAULT is not supported: crr tables have no "
+                                      "column defaults; SET it to a value (or NULL)")
         assignments[col] = eq.expression
     # SET expressions come first, in the order written, so positional parameters keep their order.
     set_cols = list(assignments)
@@ -171,6 +199,10 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         new_proj.append(exp.alias_(_cast(exp.column(src, quoted=True), type_sql), f"c{i}", quoted=True))
     old_cols = [exp.alias_(exp.column(f"_crr_old_{i}", quoted=True), f"o{i}", quoted=True) for i in range(len(names))]
     query = exp.select(*new_proj, *old_cols).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=_q("_crr_upd"))))
+    if from_ is not None:
+        # a row the FROM matches several times is updated once, with the values of one match, as
+        # DuckDB does (each match was a new row of its own: an unkeyed row became several)
+        query = query.distinct(*[exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))])
     sql = _with_ctes(tree, query).sql(DIALECT)
     return RowQueries(old=sql, new=sql)
 

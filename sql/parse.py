@@ -38,6 +38,8 @@ def parse_one(sql: str) -> exp.Expression:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
     except (ParseError, TokenError) as e:
         raise SqlError(f"cannot parse SQL: {_first_line(str(e))}") from None
+    except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper
+        raise SqlError("cannot parse SQL: nested too deeply for crr's parser") from None
     if len(trees) != 1:
         raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
     return _lower_identifiers(trees[0])

@@ -38,6 +38,67 @@ def test_dml_led_by_with_reads_its_ctes(site, keyed: bool):
     assert site.execute("SELECT * FROM t") == [(2, "z")]
 
 
+@pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1, 'a', 'extra')", "INSERT INTO t (a) VALUES (2, 'lost')",
+                                 "INSERT INTO t (a) SELECT 3, 'lost'", "INSERT INTO t VALUES (4)",
+                                 "INSERT INTO t SELECT 5, 'x', 6 UNION ALL SELECT 7, 'y', 8"])
+def test_an_insert_gives_one_value_per_column(site, sql: str):
+    """More values than columns were dropped (crr's rewrite named only as many as the table has);
+    too few named crr's own subquery."""
+    site.execute("CREATE REPLICATED TABLE t (a INT, b VARCHAR)")
+    with pytest.raises(crr.SqlError, match=r"values for \d columns \(a(, b)?\)"):
+        site.execute(sql)
+    assert site.execute("SELECT count(*) FROM t") == [(0,)] and site.cursor == 0
+
+
+def test_dml_on_a_table_of_another_database_is_not_a_write_to_the_replicated_one(site, tmp_path):
+    """``INSERT INTO o.t`` named the replicated table t once crr kept only the name: the rows went to
+    main.t and were replicated (a second row of key 1 too). Now crr leaves such a statement to
+    DuckDB, behind the guard, which refuses what may change t; ``main.t`` is still crr's t."""
+    other = str(tmp_path / "other.duckdb")
+    con = __import__("duckdb").connect(other)
+    con.execute("CREATE TABLE t (a INT, b VARCHAR)")
+    con.close()
+    site.execute("CREATE REPLICATED TABLE t (a INT PRIMARY KEY, b VARCHAR)")
+    site.execute("INSERT INTO t VALUES (1, 'main')")
+    site.execute(f"ATTACH '{other}' AS o")
+    for sql in ("INSERT INTO o.t VALUES (2, 'o')", "UPDATE o.t SET b = 'o' WHERE a = 1", "DELETE FROM o.t"):
+        with pytest.raises(crr.UnsupportedSqlError):
+            site.execute(sql)
+    assert site.execute("SELECT * FROM t") == [(1, "main")] and site.cursor == 1
+    assert site.execute("UPDATE main.t SET b = 'm' WHERE a = 1") == [(1,)]
+    assert site.execute("SELECT * FROM t") == [(1, "m")]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_an_update_from_several_matches_updates_a_row_once(site, keyed: bool):
+    """DuckDB updates a row the FROM matches twice once; crr's rewrite made each match a new row (an
+    unkeyed row became two; a keyed one was refused)."""
+    site.execute(f"CREATE REPLICATED TABLE t (a INT{' PRIMARY KEY' if keyed else ''}, b VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a, b FROM t")
+    site.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
+    site.execute("CREATE TABLE src (k INT, v VARCHAR)")
+    site.execute("INSERT INTO src VALUES (1, 'p'), (1, 'q'), (2, 'r')")
+    assert site.execute("UPDATE t SET b = src.v FROM src WHERE src.k = t.a") == [(2,)]
+    rows = site.execute("SELECT * FROM t ORDER BY a")
+    assert len(rows) == 2 and rows[0] in ((1, "p"), (1, "q")) and rows[1] == (2, "r")
+    assert site.execute("SELECT * FROM v ORDER BY a") == rows
+    for sql, words in (("UPDATE t SET b = unnest(['m', 'n'])", "set-returning"), ("UPDATE t SET b = DEFAULT", "DEFAULT")):
+        with pytest.raises(crr.UnsupportedSqlError, match=words):
+            site.execute(sql)
+    assert site.execute("SELECT * FROM t ORDER BY a") == rows
+
+
+def test_deep_nesting_is_a_crr_error_or_runs(site):
+    """sqlglot's parser recursed past Python's limit (RecursionError) on 50 nested parentheses."""
+    site.execute("CREATE REPLICATED TABLE t (a INT, b VARCHAR)")
+    deep = "(" * 60 + "1" + ")" * 60
+    assert site.execute(f"SELECT {deep}") == [(1,)]
+    with pytest.raises(crr.SqlError, match="nested too deeply"):
+        site.execute(f"CREATE MATERIALIZED VIEW v AS SELECT a + {deep} AS a FROM t")
+    with pytest.raises(crr.UnsupportedSqlError, match="parser cannot read"):
+        site.execute(f"INSERT INTO t VALUES ({deep}, 'x')")
+
+
 def test_set_semantics_insert_present_and_delete_absent_change_nothing(site):
     site.execute("CREATE REPLICATED TABLE t (a INT)")
     site.execute("INSERT INTO t VALUES (1), (1)")
