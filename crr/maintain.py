@@ -493,7 +493,9 @@ class Maintainer:
                 self.temp(name, f"SELECT vid, mid, ids, {cols_sql(rel)} FROM {rel.aug('m')}")
                 self.new_derived[r] = temp_table(name)
         self._run_view(view)
-        self._refresh_derived(view)
+        # the view as the catalog holds it now: its first monomials of several ids marked it wide
+        # (_mark_wide), and in? of a wide view's tuples reads their monomials' ids, not their mid
+        self._refresh_derived(self.rels[view.name])
         return self.result
 
     def _take_applied(self, batch: Batch) -> None:
