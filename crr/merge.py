@@ -46,6 +46,9 @@ _CURSOR_CONFLICT = ("ON CONFLICT (peer, relation) DO UPDATE "
 CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP) {_CURSOR_CONFLICT}"
 """Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
 
+CURSORS_FORGET_SQL = f"DELETE FROM {SCHEMA}.cursors WHERE relation = ?"
+"""Forget the tracked cursors of a dropped relation: one declared again under its name starts from 0."""
+
 PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
 """A tracked stream's cursor: parameters (peer, relation)."""
 

@@ -9,6 +9,7 @@ hands each call to the module that does the work, with the state they share
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import uuid
 from typing import Any, Iterable
@@ -22,7 +23,7 @@ from crr.changeset import Changeset
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
-from crr.errors import CatalogError, SiteError, SqlError
+from crr.errors import CatalogError, ChangesetError, SiteError, SqlError
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
 from crr.prepared import Prepared
 from crr.site_state import SiteState
@@ -268,8 +269,18 @@ class Site:
         ``relations`` defaults to every relation held here. The result's ``cursor`` resumes the stream.
         """
         self._state.check_open()
-        since = since or 0
-        named = [self.relation(r).name for r in relations] if relations is not None else None
+        since = 0 if since is None else since
+        if isinstance(since, bool) or not isinstance(since, numbers.Integral) or not 0 <= since < 2**63:
+            raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
+                                 f"(site.cursor, or a changeset's .cursor), not {since!r}")
+        since = int(since)
+        if relations is not None:
+            if isinstance(relations, (str, bytes)) or not hasattr(relations, "__iter__"):
+                raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
+            relations = list(relations)
+            if not all(isinstance(r, str) for r in relations):
+                raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
+        named = list(dict.fromkeys(self.relation(r).name for r in relations)) if relations is not None else None
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq
@@ -289,6 +300,9 @@ class Site:
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._state.check_open()
+        if not isinstance(peer, str) or not isinstance(relation, str):
+            raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
+                               f"{peer!r} and {relation!r}")
         rows = self._state.con.execute(PEER_CURSOR_SQL, [peer, fold_identifier(relation)]).fetchall()
         return int(rows[0][0]) if rows else 0
 

@@ -20,6 +20,7 @@ from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELET
 from crr.causal import relation_entries_delete_sql
 from crr.errors import CatalogError, UnsupportedSqlError
 from crr.maintain import view_errors
+from crr.merge import CURSORS_FORGET_SQL
 from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
@@ -137,6 +138,7 @@ def drop(state: SiteState, stmt: Drop, sql: str) -> list[tuple]:
         for ddl in drop_ddl(rel):
             state.con.execute(ddl)
         state.con.execute(RELATION_DELETE_SQL, [rel.name])
+        state.con.execute(CURSORS_FORGET_SQL, [rel.name])  # a relation declared again under the name starts at 0
         for base in set(state.rels.lineage(rel.name)) - remaining:
             state.con.execute(relation_entries_delete_sql(), [base])
         state.save_counters()  # the rows dropped may have held the largest sequence number

@@ -91,3 +91,44 @@ def test_an_unknown_table_is_not_one_of_crrs_python_variables(site: crr.Site, na
     for replacement scans")."""
     with pytest.raises(SqlError, match="does not exist"):
         site.execute(f"SELECT * FROM {name}")
+
+
+@pytest.mark.parametrize("since", [-1, 1.5, "1", True, 10**30, b"x", float("nan"), [1]])
+def test_changes_refuses_what_is_no_cursor(site: crr.Site, since):
+    """Such cursors were accepted, and the changeset then could not be merged anywhere (or
+    to_bytes raised OverflowError; b"x", [1], NaN raised Python's own errors)."""
+    with pytest.raises(crr.ChangesetError, match="takes a cursor"):
+        site.changes(since=since)
+
+
+@pytest.mark.parametrize("relations", ["t", [1], 5, [b"t"]])
+def test_changes_refuses_what_is_no_list_of_names(site: crr.Site, relations):
+    """A string was read one letter at a time; other values raised AttributeError or TypeError."""
+    with pytest.raises(CatalogError, match="list of relation names"):
+        site.changes(relations=relations)
+
+
+def test_changes_names_each_relation_once(site: crr.Site):
+    """A relation named twice was sent twice, and every merge refused the changeset."""
+    peer = crr.Site(site_id="peer")
+    peer.execute("CREATE REMOTE TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    peer.merge(site.changes(relations=["t", "T", "t"]).to_bytes())
+    peer.merge(site.changes(relations=(name for name in ["t"])))
+    assert peer.execute("SELECT * FROM t") == [(1, "a")]
+    with pytest.raises(CatalogError, match="strings"):
+        peer.peer_cursor("s", None)
+
+
+def test_a_dropped_relations_tracked_cursors_are_forgotten(site: crr.Site):
+    """A table dropped and declared again kept the tracked cursor of the old one, so a peer resuming
+    from it never sent the rows before it."""
+    peer = crr.Site(site_id="peer")
+    peer.execute("CREATE REMOTE TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    peer.merge(site.changes(), track=True)
+    assert peer.peer_cursor("s", "t") == site.cursor > 0
+    peer.execute("DROP REMOTE TABLE t")
+    peer.execute("CREATE REMOTE TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    assert peer.peer_cursor("s", "t") == 0
+    site.execute("INSERT INTO t VALUES (2, 'b')")
+    peer.merge(site.changes(since=peer.peer_cursor("s", "t")), track=True)
+    assert peer.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
