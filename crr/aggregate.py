@@ -444,11 +444,11 @@ that overflowed or is not finite."""
 
 def reread_sql(spec: AggregateSpec) -> str:
     """UPDATE re-reading MIN/MAX and SUM terms from the rows table for the stale groups only."""
-    ms = [(j, t) for j, t in enumerate(spec.terms) if t.kind in REREAD_KINDS]
-    column = {AggKind.MIN: "m", AggKind.MAX: "m", AggKind.SUM: "s", AggKind.AVG: "s"}
-    cols = ", ".join(f"{'sum' if column[t.kind] == 's' else t.kind.value}(c.x{t.arg}) AS {column[t.kind]}{j}"
-                     for j, t in ms)
-    sets = ", ".join(f"{column[t.kind]}{j} = r.{column[t.kind]}{j}" for j, t in ms)
+    # per term, its state column and the aggregate that recomputes it: s<j> (SUM, AVG) or m<j> (MIN, MAX)
+    reread = [(f"s{j}", "sum", t.arg) if t.kind in (AggKind.SUM, AggKind.AVG) else (f"m{j}", t.kind.value, t.arg)
+              for j, t in enumerate(spec.terms) if t.kind in REREAD_KINDS]
+    cols = ", ".join(f"{fn}(c.x{arg}) AS {col}" for col, fn, arg in reread)
+    sets = ", ".join(f"{col} = r.{col}" for col, _, _ in reread)
     return f"""UPDATE {spec.state_table()} AS s SET {sets}, stale = false
         FROM (SELECT {_keys(spec, 'c.')}, {cols} FROM {spec.rows_table()} c
               SEMI JOIN (SELECT {_keys(spec, '')} FROM {spec.state_table()} WHERE stale) st ON {_match(spec, 'c', 'st')}

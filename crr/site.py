@@ -274,13 +274,12 @@ class Site:
             raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
                                  f"(site.cursor, or a changeset's .cursor), not {since!r}")
         since = int(since)
+        named = None
         if relations is not None:
-            if isinstance(relations, (str, bytes)) or not hasattr(relations, "__iter__"):
+            given = list(relations) if hasattr(relations, "__iter__") and not isinstance(relations, (str, bytes)) else None
+            if given is None or not all(isinstance(r, str) for r in given):
                 raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
-            relations = list(relations)
-            if not all(isinstance(r, str) for r in relations):
-                raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
-        named = list(dict.fromkeys(self.relation(r).name for r in relations)) if relations is not None else None
+            named = list(dict.fromkeys(self.relation(r).name for r in given))  # each once
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq

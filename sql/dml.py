@@ -117,9 +117,8 @@ def _width(source: exp.Expression) -> int | None:
     if isinstance(source, exp.Values):
         widths = {len(row.expressions) if isinstance(row, exp.Tuple) else 1 for row in source.expressions}
         return widths.pop() if len(widths) == 1 else None
-    if isinstance(source, exp.Select) and not any(
-            isinstance(e, exp.Star) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
-            or isinstance(e, exp.Columns) if hasattr(exp, "Columns") else False for e in source.expressions):
+    expands = (exp.Star, exp.Columns)  # *, t.*, * EXCLUDE (...), COLUMNS(...): widths the text does not tell
+    if isinstance(source, exp.Select) and not any(e.find(*expands) for e in source.expressions):
         return len(source.expressions)
     return None
 

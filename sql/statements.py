@@ -163,16 +163,16 @@ def classify(sql: str) -> Statement:
         target = tree.this
         if isinstance(target, exp.Schema):
             target = target.this
-        if not isinstance(target, exp.Expression):
-            tree, target = None, None  # sqlglot misread it (DELETE t WHERE ...): DuckDB's parser decides in the guard
-        elif not isinstance(target, exp.Table):
+        if isinstance(target, exp.Table):
+            # a table of another schema or database (o.t) is not crr's t: DuckDB runs it, as the guard allows
+            in_main = not target.catalog and target.db in ("", "main")
+            if in_main and is_plain_dml(sql, tree):
+                kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
+                return Dml(kind=kind, target=target.name, tree=tree)
+        elif isinstance(target, exp.Expression):
             raise UnsupportedSqlError(f"{tree.key.upper()} into {target.sql(DIALECT)} is not supported")
-        if isinstance(target, exp.Table) and (target.args.get("catalog") is not None
-                                              or target.args.get("db") is not None and target.db != "main"):
-            pass  # a table of another schema or database (o.t), not crr's t: DuckDB runs it, as the guard allows
-        elif isinstance(target, exp.Table) and is_plain_dml(sql, tree):
-            kind = {exp.Insert: DmlKind.INSERT, exp.Update: DmlKind.UPDATE, exp.Delete: DmlKind.DELETE}[type(tree)]
-            return Dml(kind=kind, target=target.name, tree=tree)
+        else:
+            tree = None  # sqlglot misread it (DELETE t WHERE ...): DuckDB's parser decides in the guard
         # a write nested in a CTE (or SQL text), or words sqlglot reads otherwise than DuckDB: not a plain
         # statement crr can rewrite or pass as it is
     return _remember(Other.judged(sql, statement_effects(sql, tree)))
