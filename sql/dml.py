@@ -117,8 +117,10 @@ def _width(source: exp.Expression) -> int | None:
     if isinstance(source, exp.Values):
         widths = {len(row.expressions) if isinstance(row, exp.Tuple) else 1 for row in source.expressions}
         return widths.pop() if len(widths) == 1 else None
-    expands = (exp.Star, exp.Columns)  # *, t.*, * EXCLUDE (...), COLUMNS(...): widths the text does not tell
-    if isinstance(source, exp.Select) and not any(e.find(*expands) for e in source.expressions):
+    def expands(e: exp.Expression) -> bool:  # *, * EXCLUDE (...), t.*, COLUMNS(...): widths the text does not tell
+        return isinstance(e, (exp.Star, exp.Columns)) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
+
+    if isinstance(source, exp.Select) and not any(expands(e) for e in source.expressions):
         return len(source.expressions)
     return None
 

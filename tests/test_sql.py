@@ -40,7 +40,8 @@ def test_dml_led_by_with_reads_its_ctes(site, keyed: bool):
 
 @pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1, 'a', 'extra')", "INSERT INTO t (a) VALUES (2, 'lost')",
                                  "INSERT INTO t (a) SELECT 3, 'lost'", "INSERT INTO t VALUES (4)",
-                                 "INSERT INTO t SELECT 5, 'x', 6 UNION ALL SELECT 7, 'y', 8"])
+                                 "INSERT INTO t SELECT 5, 'x', 6 UNION ALL SELECT 7, 'y', 8",
+                                 "INSERT INTO t SELECT count(*), 'x', 6 FROM t"])  # a * inside a call
 def test_an_insert_gives_one_value_per_column(site, sql: str):
     """More values than columns were dropped (crr's rewrite named only as many as the table has);
     too few named crr's own subquery."""
