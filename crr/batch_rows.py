@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from crr.catalog import Relation
-from crr.types import quote_ident, quote_str, text_value_sql, tuple_id_sql
+from crr.types import quote_ident, quote_str, stored_value_sql, text_value_sql, tuple_id_sql
 
 
 class RowsKind(Enum):
@@ -54,6 +54,12 @@ def cols_sql(rel: Relation, qualifier: str = "") -> str:
     """Comma-separated AUG column list of a relation (``c0, c1, ...``), optionally qualified."""
     q = f"{qualifier}." if qualifier else ""
     return ", ".join(q + c.name for c in rel.aug_columns)
+
+
+def stored_cols_sql(rel: Relation, qualifier: str) -> str:
+    """:func:`cols_sql` of written rows, each value as the site stores it
+    (:func:`crr.types.stored_value_sql`: a float zero as ``+0.0``), named ``c0, c1, ...``."""
+    return ", ".join(f"{stored_value_sql(f'{qualifier}.{c.name}', c.type)} AS {c.name}" for c in rel.aug_columns)
 
 
 def app_cols_sql(rel: Relation, qualifier: str = "") -> str:

@@ -46,6 +46,7 @@ where there is one, the relation.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import struct
@@ -242,6 +243,30 @@ class Changeset:
                 raise ChangesetError(
                     f"malformed changeset: causal lengths of {', '.join(sorted(map(quote_ident, unknown)))}, "
                     "which is in the lineage of no relation of the changeset")
+
+
+def received(changeset: "Changeset | bytes") -> Changeset:
+    """A changeset to merge, from its bytes (:meth:`Changeset.from_bytes`) or a :class:`Changeset`
+    built in Python (:meth:`Changeset.validate`), with each float zero of a replicated table's tuples
+    as ``+0.0``, as every local write stores it (:func:`crr.types.stored_value_sql`; ``-0.0`` is the
+    same tuple). A derived relation's values are the source's query results and stay as they are.
+    The changeset given is not changed."""
+    cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+    relations = [dataclasses.replace(rc, tuples=_positive_zeros(rc.tuples)) if rc.kind is ChangeKind.BASE else rc
+                 for rc in cs.relations]
+    if all(new is old for new, old in zip(relations, cs.relations)):
+        return cs
+    return dataclasses.replace(cs, relations=relations)
+
+
+def _positive_zeros(table: pa.Table) -> pa.Table:
+    """``table`` with each float column's zeros as ``+0.0`` (NULL and NaN kept); ``table`` itself when
+    it has no float column."""
+    floats = [i for i, f in enumerate(table.schema) if pa.types.is_floating(f.type)]
+    for i in floats:
+        col = table.column(i)
+        table = table.set_column(i, table.field(i), pc.if_else(pc.equal(col, 0), pa.scalar(0, col.type), col))
+    return table
 
 
 def _validate_relation(rc: RelationChanges) -> None:

@@ -16,7 +16,7 @@ import json
 from crr import replica
 from crr.catalog import Relation
 from crr.causal import KeyHashSource
-from crr.changeset import Changeset, RelationChanges
+from crr.changeset import Changeset, RelationChanges, received
 from crr.cte import CteWrite, cte_values
 from crr.maintain import BatchResult
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
@@ -31,7 +31,7 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
     """Merge a changeset or its bytes (see :meth:`crr.site.Site.merge`)."""
     state.check_open()
     # bytes are validated as they are decoded; an object built in Python is validated here
-    cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+    cs = received(changeset)
     held, ignored = held_relations(state.rels, cs)
     point = _merge_new_rows(state, cs, held, track)
     if point is not None:

@@ -21,7 +21,7 @@ import duckdb
 from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.errors import ChangesetError, ConstraintError
-from crr.batch_rows import Rows, RowsKind, WrittenChanges, cols_sql
+from crr.batch_rows import Rows, RowsKind, WrittenChanges, cols_sql, stored_cols_sql
 from crr.causal import LocalEntries, disagreeing_entries_sql
 from crr.maintain import Batch, temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
@@ -56,7 +56,7 @@ def prepare_write(con: duckdb.DuckDBPyConnection, rel: Relation, old: str | None
     stamp = 0
     if new is not None:
         count = _one(con, f"""CREATE OR REPLACE TEMP TABLE _crr_wnew AS
-                              SELECT {rid} AS id, {kh} AS kh, {cols} FROM {new} w""", params)[0]
+                              SELECT {rid} AS id, {kh} AS kh, {stored_cols_sql(rel, 'w')} FROM {new} w""", params)[0]
         seen = _check_new_rows(con, rel, deleting=old is not None)
         if unchecked_entries and _one(con, disagreeing_entries_sql(rel.name, temp_table("_crr_wnew")))[0]:
             raise disagreeing_entry_error(rel)

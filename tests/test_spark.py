@@ -632,3 +632,26 @@ def test_any_user_names_work_at_a_spark_site(spark, tmp_path):
     fresh.merge(site.changes().to_bytes())
     assert _duck(fresh, table) == _duck(duck, table)
     site.close()
+
+
+def test_a_spark_site_stores_a_zero_as_positive(spark, tmp_path):
+    """-0.0 and 0.0 are one tuple; a Spark site stores +0.0 from an insert and from a changeset, as a
+    DuckDB site does (tests/test_negative_zero.py)."""
+    import dataclasses
+    import math
+    site = SparkSite(spark, str(tmp_path / "s"))
+    site.execute("CREATE REPLICATED TABLE t (k INTEGER, x DOUBLE, f FLOAT)")
+    site.insert_many("t", pa.table({"k": pa.array([1], pa.int32()), "x": [-0.0], "f": pa.array([-0.0], pa.float32())}))
+    src = crr.Site()
+    src.execute("CREATE REPLICATED TABLE t (k INTEGER, x DOUBLE, f FLOAT)")
+    src.execute("INSERT INTO t VALUES (2, 0.0, 0.0)")
+    cs = src.changes()
+    rc = cs.relations[0]
+    tuples = rc.tuples
+    for name, typ in (("c1", pa.float64()), ("c2", pa.float32())):
+        at = tuples.schema.get_field_index(name)
+        tuples = tuples.set_column(at, tuples.field(at), pa.array([-0.0], typ))
+    site.merge(dataclasses.replace(cs, relations=[dataclasses.replace(rc, tuples=tuples)]))
+    rows = site.table("t").collect()
+    assert sorted(r["k"] for r in rows) == [1, 2]
+    assert {math.copysign(1.0, r[c]) for r in rows for c in ("x", "f")} == {1.0}

@@ -28,7 +28,7 @@ from sqlglot import exp
 from crr.aggregate import is_aggregate
 from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
-from crr.changeset import Changeset
+from crr.changeset import Changeset, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
@@ -397,7 +397,7 @@ class SparkSite:
         cursor is recorded per (source site, relation) in the same commit (see :meth:`peer_cursor`).
         """
         self._check_open()
-        cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
+        cs = received(changeset)
         held, _ = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
         catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))

@@ -8,14 +8,22 @@ value, or given twice with different values, is a constraint error, as in any da
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, functions as F
+from pyspark.sql import Column, DataFrame, functions as F
 
 from crr.catalog import Relation
 from crr.clock import HybridClock
+from crr.types import TypeFamily, type_family
 from crr.errors import ConstraintError
-from crr.spark.encoding import key_hash_sql, stamp_bytes, tuple_id_sql
+from crr.spark.encoding import key_hash_sql, spark_type, stamp_bytes, tuple_id_sql
 from crr.spark.maintain import SparkBatch
 from crr.spark.tables import aug_cols, current_cl, visibility
+
+
+def stored_cols(rel: Relation) -> list[Column]:
+    """The relation's AUG columns, each value as a site stores it: a float zero as ``+0.0``, the one
+    value of ``-0.0`` and ``0.0`` (:func:`crr.types.stored_value_sql`)."""
+    return [F.when(F.col(c.name) == 0, F.lit(0).cast(spark_type(c.type))).otherwise(F.col(c.name)).alias(c.name)
+            if type_family(c.type) is TypeFamily.FLOAT else F.col(c.name) for c in rel.aug_columns]
 
 
 def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, clock: HybridClock) -> SparkBatch:
@@ -24,7 +32,7 @@ def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, clock: HybridClo
     keyed = bool(rel.key)
     w = rows.select(F.expr(tuple_id_sql(rel.name, rel.aug_columns)).alias("id"),
                     (F.expr(key_hash_sql(rel.name, rel.key_aug_columns)) if keyed else F.lit(None).cast("binary"))
-                    .alias("kh"), *aug_cols(rel)).cache()
+                    .alias("kh"), *stored_cols(rel)).cache()
     current = current_cl(cl.where(F.col("rel") == rel.name))
     checks = [F.sum(F.col(rel.aug_column(c)).isNull().cast("int")).alias(f"null_{i}")
               for i, c in enumerate(rel.not_null)]
