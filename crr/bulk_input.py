@@ -2,7 +2,7 @@
 
 Both sites' ``insert_many`` (:func:`crr.site_dml.insert_many`, :meth:`crr.spark.SparkSite.insert_many`)
 take Python tuples in column order, an Arrow table or a data frame. Values Arrow cannot put in one
-column (a string among integers, an integer past 64 bits) are refused with a
+column (a string among integers) are refused with a
 :class:`crr.errors.TypeMismatchError` that names the table, before anything is written.
 """
 
@@ -27,9 +27,17 @@ def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -
         raise SqlError(f"insert_many into {table}: every row needs {len(names)} values ({', '.join(names)})")
     if not rows:
         return pa.table({n: pa.nulls(0) for n in names})
+    return pa.table({n: _column(table, list(col)) for n, col in zip(names, zip(*rows))})
+
+
+def _column(table: str, values: list) -> pa.Array:
+    """One column's values as the Arrow array Arrow infers; integers past 64 bits (for a HUGEINT,
+    UBIGINT or UHUGEINT column, which DuckDB casts them into) as their decimal text."""
     try:
-        return pa.table({n: pa.array(list(col)) for n, col in zip(names, zip(*rows))})
+        return pa.array(values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+        if all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
+            return pa.array([None if v is None else str(v) for v in values], pa.string())
         raise TypeMismatchError(f"insert_many into {table}: the values of a column do not share one type "
                                 f"({e}); nothing was written") from None
 

@@ -40,6 +40,7 @@ from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, P
 from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
 from crr.sql import dml
 from crr.sql.statements import Dml, DmlKind, Other, RelationKind, fold_identifier
+from crr.types import quote_ident
 from crr.writes import prepare_update, prepare_write
 
 POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
@@ -208,12 +209,15 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
         except ChangesetError as e:
             raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).split(': ', 1)[1]}; "
                                     "nothing was written") from None
-    data = data.rename_columns([f"g{i}" for i in range(len(given))])
-    casts = ", ".join(f"CAST(g{pick[c.name]} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
+    at = {i: name for name, i in pick.items()}
+    data = data.rename_columns([at[i] for i in range(len(given))])  # a cast that fails names the user's column
+    casts = ", ".join(f"CAST({quote_ident(c.name)} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
     with state.transaction():
         bulk = state.slots.put("_crr_bulk", data)
         try:
             batch, _ = _prepare(state, rel, None, f"(SELECT {casts} FROM {bulk})")
+        except TypeMismatchError as e:
+            raise TypeMismatchError(f"insert_many into {rel.name}: {e}; nothing was written") from None
         finally:
             state.slots.release(bulk)
         state.apply(batch)

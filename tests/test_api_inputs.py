@@ -65,6 +65,28 @@ def test_arrow_columns_are_read_by_name_or_else_by_position(site: crr.Site):
     assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
 
 
+def test_insert_many_takes_integers_past_64_bits_as_execute_does():
+    """Python ints past int64 for HUGEINT, UBIGINT and UHUGEINT columns (Arrow infers no type for
+    them); a value out of the column's range is refused naming the user's column, not crr's own."""
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE w (h HUGEINT, u UBIGINT, uh UHUGEINT, small TINYINT)")
+    rows = [(2**100, 2**64 - 1, 2**128 - 1, 1), (-2**127, 2**63, None, None)]
+    assert site.insert_many("w", rows) == 2
+    other = crr.Site()
+    other.execute("CREATE REPLICATED TABLE w (h HUGEINT, u UBIGINT, uh UHUGEINT, small TINYINT)")
+    for row in rows:
+        other.execute("INSERT INTO w VALUES (?, ?, ?, ?)", list(row))
+    query = "SELECT * FROM w ORDER BY h"
+    assert site.execute(query) == other.execute(query) == sorted(rows, key=lambda r: r[0])
+    for bad, column in [((2**127, 0, 0, 0), "column h"), ((0, 2**64, 0, 0), "column u"),
+                        ((0, 0, 0, 300), "column small")]:
+        with pytest.raises(TypeMismatchError, match=f"insert_many into w: .*{column}; nothing was written"):
+            site.insert_many("w", [bad])
+    with pytest.raises(TypeMismatchError, match="column small"):
+        site.insert_many("w", pa.table({"h": [0], "u": [0], "uh": [0], "small": [300]}))
+    assert len(site.execute(query)) == 2
+
+
 def test_the_right_number_of_parameters_still_takes_the_point_path(site: crr.Site):
     assert site.execute("INSERT INTO t VALUES (?, ?)", [2, "b"]) == [(1,)]
     assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
