@@ -238,6 +238,7 @@ class SyncService:
         self._ready = threading.Event()
         self._stopping = False
         self._error: BaseException | None = None  # a failure while starting, re-raised by start()
+        self._announced: list | None = None  # the relations of the last serves message sent to every peer
 
     @staticmethod
     def _key_bytes(site: str, key: bytes | str) -> bytes:
@@ -341,6 +342,7 @@ class SyncService:
             server = await asyncio.start_unix_server(self._accept_control, self.control_path)
             os.chmod(self.control_path, 0o600)
             self._servers.append(server)
+        self._announced = self._serves_message()["relations"]
         for host, port in self.static_peers:
             self._spawn(self._dial_forever(host, port))
         self._spawn(self._periodic())
@@ -670,9 +672,27 @@ class SyncService:
                 except (ConnectionError, OSError):
                     pass
 
+    async def _announce(self) -> None:
+        """Tell every connected peer what this site serves again when its relations changed since the
+        last time (a CREATE or DROP, through this service or on the site object), and pull: a relation
+        created here may be one a peer serves. A peer learns the relations at connect time only
+        otherwise, and would never pull one created after it."""
+        async with self._site_lock:
+            message = self._serves_message()
+        if message["relations"] == self._announced:
+            return
+        self._announced = message["relations"]
+        for link in list(self.links.values()):
+            try:
+                await link.send(message)
+            except (ConnectionError, OSError):
+                pass
+            link.wanted.set()
+
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(self.pull_interval)
+            await self._announce()
             for link in list(self.links.values()):
                 link.wanted.set()
 
@@ -680,8 +700,10 @@ class SyncService:
     def _execute_here(self, sql: str, params: Any) -> list[tuple]:
         before = self.site.cursor
         rows = self.site.execute(sql, params)
-        if self.site.cursor != before and self._loop is not None:
-            self._spawn(self._notify())
+        if self._loop is not None:
+            if self.site.cursor != before:
+                self._spawn(self._notify())
+            self._spawn(self._announce())
         return rows
 
     def _status_here(self) -> dict:
@@ -753,6 +775,7 @@ class SyncService:
                 wrote = self.site.cursor != before
             if wrote:
                 self._spawn(self._notify())
+            self._spawn(self._announce())
         except CrrError as e:
             await link.send({"t": "error", "message": str(e), "kind": type(e).__name__})
             return

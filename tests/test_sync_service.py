@@ -251,3 +251,29 @@ def test_discovery_on_loopback(tmp_path):
         sa.stop()
         a.close()
         b.close()
+
+
+def test_a_relation_created_after_peers_connected_syncs(tmp_path):
+    """Peers learn each other's relations at connect time; a CREATE (or DROP and CREATE with another
+    schema) afterwards is announced, through the service or on the site object, and the new relation
+    syncs without a reconnect (it synced only after a restart before)."""
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    sa, sb = services = _chain(a, b)
+    try:
+        assert wait_for(lambda: sa.status()["peers"] and sb.status()["peers"])
+        for service in (sa, sb):
+            service.execute("CREATE REPLICATED TABLE late (k INT PRIMARY KEY, v VARCHAR)")
+        sa.execute("INSERT INTO late VALUES (1, 'x')")
+        sb.execute("INSERT INTO late VALUES (2, 'y')")
+        expected = [(1, "x"), (2, "y")]
+        assert wait_for(lambda: rows(sa, "SELECT * FROM late ORDER BY k") == expected, 10)
+        assert wait_for(lambda: rows(sb, "SELECT * FROM late ORDER BY k") == expected, 10)
+        # the same declared on the site objects, which the service only sees at its periodic pull
+        for service in (sa, sb):
+            service.call(lambda s=service: s.site.execute("CREATE REPLICATED TABLE later (k INT)"))
+        sa.execute("INSERT INTO later VALUES (7)")
+        assert wait_for(lambda: rows(sb, "SELECT * FROM later") == [(7,)], 10)
+        status = sb.status()
+        assert {s["relation"] for p in status["peers"] for s in p["streams"]} >= {"r", "late", "later"}
+    finally:
+        _shutdown(services, (a, b))
