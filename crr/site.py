@@ -67,6 +67,7 @@ class Site:
             raise SiteError(f"cannot open site database {self.path}: {e}") from None
         con.execute("SET arrow_lossless_conversion = true")
         con.execute("SET python_enable_replacements = false")  # an unknown name is no Python variable of crr's
+        con.execute("SET TimeZone = 'UTC'")  # views over TIMESTAMPTZ (a cast to DATE...) agree on every device
         self._state = SiteState(self.path, con, skew)
         try:
             self._open(site_id)

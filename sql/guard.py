@@ -120,6 +120,20 @@ _DML_CTE_WORDS = {"insert", "update", "delete", "merge"}
 _DML_WORDS = {"insert", "update", "delete", "merge", "copy", "truncate", "create", "drop", "alter"}
 _UNCHECKABLE = "json_execute_serialized_sql"  # runs a serialized statement, data-modifying CTEs included
 _MAX_DEPTH = 8
+# Settings a statement may change on a site's connection: resources and diagnostics, which never change
+# what a query returns. That connection maintains the views and exports the changesets, so any other
+# setting (integer_division, default_collation, TimeZone, arrow_lossless_conversion, ...) would make
+# views differ from their queries or changesets unreadable elsewhere.
+SETTINGS_ALLOWED = frozenset({
+    "threads", "worker_threads", "external_threads", "memory_limit", "max_memory", "temp_directory",
+    "max_temp_directory_size", "checkpoint_threshold", "wal_autocheckpoint", "enable_progress_bar",
+    "enable_progress_bar_print", "progress_bar_time", "enable_profiling", "profiling_output", "profile_output",
+    "profiling_mode", "custom_profiling_settings", "enable_object_cache", "explain_output", "log_query_path",
+    "enable_logging", "logging_level", "logging_mode", "logging_storage", "enable_external_access",
+    "enable_http_metadata_cache", "extension_directory", "autoinstall_known_extensions",
+    "autoload_known_extensions", "allow_community_extensions", "custom_extension_repository",
+})
+SETTING_PREFIXES_ALLOWED = ("s3_", "http_", "azure_", "gcs_", "hf_")  # credentials and options of file systems
 _NAME = re.compile(r'"(?:[^"]|"")+"|[A-Za-z_][\w$]*')
 
 
@@ -462,7 +476,7 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
         raise SqlError(f"expected one SQL statement, got {len(types)}; run statements one at a time")
     kind, first = types[0], toks[0].word
     base = facts.tables if facts is not None else _words(sql)
-    _refuse_schema_switch(kind, toks)
+    _refuse_setting(kind, toks)
     _refuse_builtin_override(kind, toks)
     _refuse_transaction_control(kind)
     _refuse_internal_prepared(toks)
@@ -516,20 +530,29 @@ def _refuse_internal_prepared(toks: list[_Tok]) -> None:
         raise UnsupportedSqlError("prepared statements named _crr... belong to crr; name yours otherwise")
 
 
-def _refuse_schema_switch(kind: str, toks: list[_Tok]) -> None:
-    """Refuse USE and SET/PRAGMA of schema or search_path to anything but main."""
+def _refuse_setting(kind: str, toks: list[_Tok]) -> None:
+    """Refuse USE, SET/PRAGMA of schema or search_path to anything but main, and SET or RESET of a setting
+    not in :data:`SETTINGS_ALLOWED` (``SET VARIABLE`` is allowed: a view may not read variables)."""
     if kind != "SET":
         return
     words = [t.word for t in toks]
     if words[0] == "use":
         raise UnsupportedSqlError("USE is not supported: crr sites keep main as the current schema (crr's own "
                                   "statements use unqualified names); qualify names instead, e.g. other_db.main.t")
-    if words[0] == "reset":
-        return
-    if words[0] not in ("set", "pragma"):
+    if words[0] not in ("set", "pragma", "reset"):
         raise UnsupportedSqlError(f"crr cannot check this setting statement ({toks[0].text} ...)")
     i = 2 if len(words) > 2 and words[1] in ("session", "global", "local") else 1
-    if i >= len(toks) or words[i] not in ("schema", "search_path"):
+    if i >= len(toks) or words[i] == "variable":
+        return
+    if words[i] not in ("schema", "search_path"):
+        if words[i] not in SETTINGS_ALLOWED and not words[i].startswith(SETTING_PREFIXES_ALLOWED):
+            raise UnsupportedSqlError(
+                f"{words[0].upper()} {toks[i].text} is not supported on a crr site: the site's connection maintains "
+                "its views and writes its changesets, and a setting that can change what SQL computes would make "
+                "views differ from their queries or from other sites'; settings of resources and diagnostics "
+                "(threads, memory_limit, temp_directory, profiling, s3_/http_ options) and SET VARIABLE are allowed")
+        return
+    if words[0] == "reset":
         return
     value = toks[i + 1:]
     if value and value[0].text.lower() in ("=", "to"):

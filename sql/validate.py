@@ -21,7 +21,7 @@ NON_DETERMINISTIC = {
     "transaction_timestamp", "today", "nextval", "currval", "setseed", "txid_current",
     "current_query", "current_setting", "current_user", "currentuser", "session_user", "user",
     "version", "random_uuid", "current_schema", "current_database", "current_catalog",
-    "current_role",
+    "current_role", "getvariable", "getenv", "current_schemas", "in_search_path",
 }
 
 

@@ -211,6 +211,52 @@ def test_switching_the_current_schema_is_refused(site: crr.Site, sql: str) -> No
     assert_crr_still_works(site)
 
 
+@pytest.mark.parametrize("sql", [
+    "SET integer_division = true",  # a view of a / 2 would store 2 for 5 where its query gives 2.5
+    "PRAGMA default_collation = 'nocase'",
+    "SET GLOBAL default_collation = 'nocase'",
+    "SET arrow_lossless_conversion = false",  # changesets would carry ids no site can read
+    "SET TimeZone = 'Asia/Tokyo'",  # CAST(ts AS DATE) of a TIMESTAMPTZ would differ between sites
+    "RESET TimeZone",
+    "SET python_enable_replacements = true",
+])
+def test_settings_that_change_what_sql_computes_are_refused(site: crr.Site, sql: str) -> None:
+    """The site's connection maintains the views and exports changesets: a setting that changes what SQL
+    computes there is refused (before, SET integer_division made a view store 2.0 for 5 / 2)."""
+    assert_refused(site, sql)
+    assert site.execute("SELECT current_setting('integer_division'), current_setting('TimeZone'), "
+                        "current_setting('arrow_lossless_conversion')") == [(False, "UTC", True)]
+    assert_crr_still_works(site)
+
+
+@pytest.mark.parametrize("sql", ["SET threads = 1", "PRAGMA threads = 2", "SET memory_limit = '2GB'",
+                                 "RESET threads", "SET VARIABLE answer = 42", "SET enable_progress_bar = false"])
+def test_settings_of_resources_and_variables_are_allowed(site: crr.Site, sql: str) -> None:
+    assert site.execute(sql) == []
+    assert_crr_still_works(site)
+
+
+def test_a_site_evaluates_in_utc_whatever_the_machines_time_zone(tmp_path: Path) -> None:
+    """DuckDB takes its TimeZone from the machine; a view casting a TIMESTAMPTZ to a DATE gave each
+    device's local date, so a remote copy of it held two days for one row. A site pins UTC."""
+    script = (
+        "import crr\n"
+        "s = crr.Site()\n"
+        "s.execute('CREATE REPLICATED TABLE e (id INTEGER, ts TIMESTAMPTZ)')\n"
+        "s.execute('CREATE MATERIALIZED VIEW days AS SELECT id, CAST(ts AS DATE) AS day FROM e')\n"
+        "s.execute(\"INSERT INTO e VALUES (1, '2024-01-01 20:00:00+00')\")\n"
+        "print(s.execute(\"SELECT current_setting('TimeZone'), CAST(day AS VARCHAR) FROM days\"))\n")
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TZ="Asia/Tokyo")
+    check = subprocess.run([sys.executable, "-c", "import duckdb; print(duckdb.sql(\"SELECT current_setting('TimeZone')\").fetchall())"],
+                           env=env, capture_output=True, text=True, check=True)
+    assert "Asia/Tokyo" in check.stdout  # the machine's zone reaches DuckDB
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[('UTC', '2024-01-01')]"
+
+
 @pytest.mark.parametrize("sql", ["ATTACH ':memory:' AS _crr", "ATTACH ':memory:' AS _CRR"])
 def test_attaching_a_database_named_like_crrs_schema_is_refused(site: crr.Site, sql: str) -> None:
     """A catalog named _crr makes every reference to crr's internal schema ambiguous."""

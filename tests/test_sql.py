@@ -178,6 +178,7 @@ def test_view_shapes_and_views_over_views(site):
     ("SELECT a, row_number() OVER () FROM r", "window functions"),
     ("SELECT a, random() FROM r", "(?i)non-deterministic function random"),
     ("SELECT a FROM r WHERE a < now()", "non-deterministic function"),
+    ("SELECT a + getvariable('x') FROM r", "(?i)non-deterministic function getvariable"),  # a session's variable
     ("WITH RECURSIVE x AS (SELECT 1 AS n) SELECT * FROM x", "recursive CTE"),
     ("SELECT a FROM r WHERE a IN (SELECT b FROM s)", "subqueries"),
 ])
