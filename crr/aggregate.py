@@ -36,7 +36,7 @@ from crr.arrow_result import arrow_rows
 from crr.errors import SqlError
 from crr.types import quote_ident
 from crr.sql.statements import DIALECT
-from crr.sql.validate import NON_DETERMINISTIC, function_name, refuse
+from crr.sql.validate import NON_DETERMINISTIC, check_table, function_name, refuse
 
 Columns = list[tuple[str, str]]
 
@@ -168,10 +168,15 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
         if not isinstance(t, exp.Table) or not isinstance(t.this, exp.Identifier):
             raise refuse(f"{t.sql(DIALECT)[:40]} in the FROM of an aggregate view",
                          "aggregate views read crr relations (a subquery can be its own view)")
+        check_table(t)
         cols = relation_columns(t.name)
         if cols is None:
             raise SqlError(f"view input {t.name} is not a crr relation at this site; declare it first")
         columns_of[t.alias_or_name] = [c for c, _ in cols]
+    collate = query.find(exp.Collate)
+    if collate is not None:
+        raise refuse(f"COLLATE ({collate.sql(DIALECT)[:40]})",
+                     "crr groups and compares values as stored; group by lower(x) or another normal form instead")
     aliases = {e.alias: e.this for e in query.expressions if isinstance(e, exp.Alias)}
 
     def qualified(node: exp.Expression) -> exp.Expression:

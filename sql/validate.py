@@ -46,6 +46,11 @@ def validate_view_query(query: exp.Expression) -> None:
     if isinstance(query, exp.Union):
         if not query.args.get("distinct"):
             raise refuse("UNION ALL", "use UNION: views have set semantics")
+        if query.args.get("by_name"):
+            raise refuse("UNION BY NAME", "list the same columns in the same order in each branch and use UNION")
+        for arg in ("side", "kind", "on"):
+            if query.args.get(arg):
+                raise refuse(f"UNION with {arg.upper()}", "use a plain UNION")
         for side in (query.this, query.expression):
             validate_view_query(side)
         _check_set_operation_modifiers(query)
@@ -109,10 +114,30 @@ def _validate_select(select: exp.Select) -> None:
         _check_node(node, select)
 
 
+_TABLE_ARGS = {"this", "db", "catalog", "alias"}  # what a relation in FROM may carry besides nothing
+_TABLE_ARG_NAMES = {"sample": ("TABLESAMPLE", "a sample is not deterministic"),
+                    "pivots": ("PIVOT or UNPIVOT", "unpivot into a replicated table instead"),
+                    "when": ("time travel (AT ...)", ""), "version": ("time travel (AT ...)", "")}
+
+
+def check_table(table: exp.Table) -> None:
+    """Refuse what a relation in a view's FROM carries that crr's compiler would not evaluate: a column
+    list on its alias (``t AS t2(a, b)``), TABLESAMPLE, PIVOT/UNPIVOT, time travel, and the like."""
+    alias = table.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        raise refuse(f"column aliases on a relation in FROM ({alias.sql(DIALECT)[:40]})",
+                     "rename the columns in the SELECT list")
+    for arg, value in table.args.items():
+        if value and arg not in _TABLE_ARGS:
+            construct, hint = _TABLE_ARG_NAMES.get(arg, (arg.upper(), ""))
+            raise refuse(f"{construct} on a relation in FROM", hint)
+
+
 def _check_source(source: exp.Expression) -> None:
     if isinstance(source, exp.Table):
         if not isinstance(source.this, exp.Identifier):
             raise refuse(f"table function {source.this.sql(DIALECT)} in FROM", "views read crr relations only")
+        check_table(source)
         return
     if isinstance(source, exp.Values):
         raise refuse("VALUES in FROM", "put constant rows in a replicated table")
@@ -156,10 +181,16 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         if name in NON_DETERMINISTIC or cls in NON_DETERMINISTIC:
             raise refuse(f"non-deterministic function {node.sql(DIALECT)[:60]}",
                          "a view must give the same result on every site; store the value in a table")
-    if isinstance(node, exp.Star) and isinstance(node.parent, exp.Select):
-        for arg in ("except", "replace", "rename"):
+    if isinstance(node, exp.Star):  # * or t.*
+        for arg in ("except", "except_", "replace", "rename"):
             if node.args.get(arg):
-                raise refuse(f"* {arg.upper()}", "list the columns")
+                raise refuse(f"* {'EXCLUDE' if arg.startswith('except') else arg.upper()}", "list the columns")
+    if isinstance(node, (exp.Like, exp.ILike, exp.SimilarTo)) and (
+            isinstance(node.this, exp.Star) or (isinstance(node.this, exp.Column) and isinstance(node.this.this, exp.Star))):
+        raise refuse("* LIKE / SIMILAR TO (columns picked by a pattern)", "list the columns")
+    if isinstance(node, exp.Collate):
+        raise refuse(f"COLLATE ({node.sql(DIALECT)[:40]})",
+                     "crr groups and compares values as stored; compare lower(x) or another normal form instead")
     if isinstance(node, exp.Columns) if hasattr(exp, "Columns") else False:
         raise refuse("COLUMNS(...)", "list the columns")
     if isinstance(node, exp.Placeholder) or isinstance(node, exp.Parameter):

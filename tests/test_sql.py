@@ -179,6 +179,20 @@ def test_view_shapes_and_views_over_views(site):
     ("SELECT a, random() FROM r", "(?i)non-deterministic function random"),
     ("SELECT a FROM r WHERE a < now()", "non-deterministic function"),
     ("SELECT a + getvariable('x') FROM r", "(?i)non-deterministic function getvariable"),  # a session's variable
+    # each of these was accepted and then evaluated as if the construct were not there (found by a probe)
+    ("SELECT a, b FROM r UNION BY NAME SELECT c, b FROM s", "UNION BY NAME"),
+    ("SELECT * EXCLUDE (a) FROM r", "EXCLUDE"),
+    ("SELECT r.* EXCLUDE (a) FROM r", "EXCLUDE"),
+    ("SELECT * LIKE 'a%' FROM r", "LIKE / SIMILAR TO"),
+    ("SELECT r.* SIMILAR TO 'a' FROM r", "LIKE / SIMILAR TO"),
+    ("SELECT b FROM r AS r2(b, a)", "column aliases"),
+    ("SELECT b, sum(a) FROM r AS r2(b) GROUP BY b", "column aliases"),
+    ("SELECT * FROM r UNPIVOT (val FOR col IN (a, b))", "UNPIVOT"),
+    ("SELECT a FROM r TABLESAMPLE 1 ROWS", "TABLESAMPLE"),
+    ("SELECT b, count(*) FROM r TABLESAMPLE 1 ROWS GROUP BY b", "TABLESAMPLE"),
+    ("SELECT a FROM r AT (VERSION => 1)", "time travel"),
+    ("SELECT DISTINCT CAST(a AS VARCHAR) COLLATE NOCASE FROM r", "COLLATE"),
+    ("SELECT CAST(a AS VARCHAR) COLLATE NOCASE AS g, count(*) FROM r GROUP BY 1", "COLLATE"),
     ("WITH RECURSIVE x AS (SELECT 1 AS n) SELECT * FROM x", "recursive CTE"),
     ("SELECT a FROM r WHERE a IN (SELECT b FROM s)", "subqueries"),
 ])
