@@ -18,7 +18,9 @@ the core's present rows live in ``_crr."<v>$r"``. Each batch's membership change
   the single row is rewritten when there is no GROUP BY).
 
 Sums and counts are kept exactly (DuckDB's own types: HUGEINT for integer sums, DECIMAL(38, s) for
-decimals); a DOUBLE sum is incremental, so it may differ from a fresh evaluation in the last bits.
+decimals); a DOUBLE sum is added to while rows arrive, so it may differ from a fresh evaluation in
+the last bits (as evaluations adding in other orders do), and is re-read from its group's rows when
+rows leave (subtracting loses what adding absorbed: 1e17 + 1.0 - 1e17 is 0.0).
 An aggregate is a deterministic function of its converged core, so sites declaring the same
 aggregate over the same inputs converge; its own tuples are never replicated.
 """
@@ -396,10 +398,13 @@ def state_merge_sql(spec: AggregateSpec, delta: str) -> str:
             # the values that left first, then those that came: the order that does not overflow when
             # a group's extreme integers leave. An overflow (NULL from try) or a sum that is not
             # finite (an inf or NaN in it, or one that left: inf - inf is NaN) marks the group stale
-            # and the sum is re-read from its rows (reread_sql), as DuckDB would evaluate it
+            # and the sum is re-read from its rows (reread_sql), as DuckDB would evaluate it. So does
+            # a float sum that values left: subtracting them is no order of adding the rows there are
+            # (1e17 + 1.0 is 1e17, and taking 1e17 away left 0.0 where the rows sum to 1.0)
             new = f"try((coalesce(s.s{j}, 0) - coalesce(d.sd{j}, 0)) + coalesce(d.si{j}, 0))"
             sets.append(f"s{j} = CASE WHEN s.c{j} + d.dc{j} = 0 THEN NULL ELSE {new} END")
             stale.append(f"(s.c{j} + d.dc{j} > 0 AND NOT coalesce(isfinite(CAST({new} AS DOUBLE)), false))")
+            stale.append(f"(s.c{j} + d.dc{j} > 0 AND d.sd{j} IS NOT NULL AND typeof(s.s{j}) IN ('DOUBLE', 'FLOAT'))")
             ins_cols.append(f"s{j}")
             ins_vals.append(f"d.si{j}")
         if t.kind in (AggKind.MIN, AggKind.MAX):
