@@ -137,6 +137,11 @@ def classify(sql: str) -> Statement:
     known = _others.get(sql)
     if known is not None:  # apps repeat their queries: the verdict is a function of the text alone
         return known
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SqlError(f"the statement text is not valid Unicode ({e.reason} at character {e.start}); pass such "
+                       "a value as a ? parameter or fix the text") from None
     m = _CREATE_TABLE.match(sql)
     if m:
         return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + sql[m.end():])

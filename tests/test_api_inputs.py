@@ -33,6 +33,8 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
     ("no statement", lambda s: s.execute(None), SqlError, "as a string"),
     ("statement as bytes", lambda s: s.execute(b"SELECT 1"), SqlError, "as a string"),
     ("statement in a list", lambda s: s.execute(["SELECT 1"]), SqlError, "as a string"),
+    ("lone surrogate in the text", lambda s: s.execute("INSERT INTO t VALUES (2, '\ud800')"), SqlError, "not valid Unicode"),
+    ("lone surrogate in a query", lambda s: s.execute("SELECT '\udfff'"), SqlError, "not valid Unicode"),
     ("untokenizable statement", lambda s: s.execute("INSERT INTO t VALUES ($1,$2)", [2, "b"]), crr.CrrError, ""),
     ("rows None", lambda s: s.insert_many("t", None), TypeMismatchError, "list of tuples"),
     ("rows of scalars", lambda s: s.insert_many("t", [1, 2]), TypeMismatchError, "tuple or list"),
