@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import stat
 import threading
 import time
@@ -175,6 +176,18 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _answers(path: str) -> bool:
+    """Whether a server accepts connections on the unix socket ``path`` (else it is a stale one)."""
+    probe = socket.socket(socket.AF_UNIX)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def _is_memory(path: str) -> bool:
     return path == "" or path.startswith(":memory:")
 
@@ -239,6 +252,7 @@ class SyncService:
         self._stopping = False
         self._error: BaseException | None = None  # a failure while starting, re-raised by start()
         self._announced: list | None = None  # the relations of the last serves message sent to every peer
+        self.unreachable: dict[str, str] = {}  # a dialled peer's address -> why its last dial failed
 
     @staticmethod
     def _key_bytes(site: str, key: bytes | str) -> bytes:
@@ -338,6 +352,9 @@ class SyncService:
                 if not stat.S_ISSOCK(os.lstat(self.control_path).st_mode):
                     raise CrrError(f"{self.control_path} exists and is not a socket; move it away (crr uses that "
                                    "path for its control socket)")
+                if _answers(self.control_path):
+                    raise CrrError(f"another crr serve answers on {self.control_path}; stop it first, or reach it "
+                                   "with crr sql / crr status")
                 os.unlink(self.control_path)  # a stale socket of a server that did not stop cleanly
             server = await asyncio.start_unix_server(self._accept_control, self.control_path)
             os.chmod(self.control_path, 0o600)
@@ -387,16 +404,28 @@ class SyncService:
 
     # -- connections ------------------------------------------------------------------------------
     async def _dial_forever(self, host: str, port: int) -> None:
+        """Dial a peer until the service stops, again after each disconnection (backing off to 5 s); a
+        peer that cannot be reached is logged once and listed by :meth:`status` until it answers. An
+        address that turns out to be this site itself is given up."""
+        address = f"{host}:{port}"
         delay = 0.2
         while not self._stopping:
             writer = None
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 10)
-                link = await asyncio.wait_for(self._handshake(reader, writer, True, f"{host}:{port}"), 10)
+                link = await asyncio.wait_for(self._handshake(reader, writer, True, address), 10)
+                self.unreachable.pop(address, None)
+                if link.peer == self.site.site_id:
+                    log.warning("peer %s has this site's id %s (it is this site, or a copy of its file); not "
+                                "dialling it again", address, link.peer)
+                    return
                 delay = 0.2
                 await self._serve_link(link)
             except (OSError, asyncio.TimeoutError, EOFError, ConnectionError) as e:
-                log.debug("peer %s:%s unreachable: %s", host, port, e)
+                why = str(e) or type(e).__name__
+                if address not in self.unreachable:
+                    log.warning("peer %s unreachable (%s); retrying every few seconds", address, why)
+                self.unreachable[address] = why
             except CrrError as e:
                 self._refuse(f"{host}:{port}: {e}", kind=f"dial {host}:{port}")
             except Exception as e:  # noqa: BLE001 - one line, never a traceback, and keep dialling
@@ -721,9 +750,10 @@ class SyncService:
                           "direction": "out" if link.outgoing else "in",
                           "connected_seconds": round(time.time() - link.since, 1), "peer_cursor": link.peer_cursor,
                           "bytes_in": link.bytes_in, "bytes_out": link.bytes_out, "streams": streams})
-        return {"site": self.site.site_id, "key": self.public_key, "cursor": self.site.cursor,
+        return {"site": self.site.site_id, "key": self.public_key, "cursor": self.site.cursor, "serving": True,
                 "listening": f"{self.address[0]}:{self.address[1]}" if self.address else None,
                 "relations": self.site.relations(), "peers": peers,
+                "unreachable": [{"address": a, "error": e} for a, e in sorted(self.unreachable.items())],
                 "cursors": [list(map(str, c)) for c in self.site.peer_cursors()],
                 "failing": [f.describe() for _, f in sorted(self.failures.items())],
                 "memory": {"buffered": self.budget.used, "peak": self.budget.peak, "limit": self.budget.limit,

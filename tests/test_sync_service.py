@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -277,3 +278,57 @@ def test_a_relation_created_after_peers_connected_syncs(tmp_path):
         assert {s["relation"] for p in status["peers"] for s in p["streams"]} >= {"r", "late", "later"}
     finally:
         _shutdown(services, (a, b))
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_peer_is_logged_once_and_shown_in_status(tmp_path, caplog):
+    """A --peer that never answers gave no feedback at all: nothing logged at INFO, nothing in status."""
+    a = _site(tmp_path, "a")
+    port = _closed_port()
+    with caplog.at_level("INFO", logger="crr.sync"):
+        sa = SyncService(a, SECRET, listen=("127.0.0.1", 0), peers=[("127.0.0.1", port)]).start()
+        try:
+            address = f"127.0.0.1:{port}"
+            assert wait_for(lambda: [u["address"] for u in sa.status()["unreachable"]] == [address], 10)
+            time.sleep(1.0)  # several more dials
+            status = sa.status()
+            assert status["serving"] is True and status["unreachable"][0]["error"]
+        finally:
+            _shutdown([sa], (a,))
+    warned = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(warned) == 1 and address in warned[0].getMessage()
+
+
+def test_a_peer_address_that_is_the_site_itself_is_given_up(tmp_path):
+    """Dialling one's own listening address redialled five times a second, a handshake each time."""
+    a = _site(tmp_path, "a")
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    try:
+        sa.add_peer(*sa.address)
+        time.sleep(3.0)
+        assert len(sa.refused) <= 1, sa.refused  # the accepting side's one "connected to itself"
+        assert not sa.status()["peers"]
+    finally:
+        _shutdown([sa], (a,))
+
+
+def test_a_second_service_does_not_take_a_live_control_socket(tmp_path):
+    """Two services on one control socket path (two in-memory serves in one folder): the second
+    unlinked the first's socket as stale and took it over."""
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    path = str(tmp_path / "c.sock")
+    sa = SyncService(a, SECRET, control_path=path).start()
+    try:
+        with pytest.raises(crr.CrrError, match="another crr serve answers"):
+            SyncService(b, SECRET, control_path=path).start()
+        assert os.path.exists(path)
+    finally:
+        _shutdown([sa], (a, b))
+    sb = SyncService(b, SECRET, control_path=path).start()  # a socket left by a stopped server is taken
+    sb.stop()
