@@ -37,6 +37,10 @@ from crr.sql.statements import Dml
 _DUCKDB_ERRORS: list[tuple[type, type]] = [
     (duckdb.ConstraintException, ConstraintError),
     (duckdb.ConversionException, TypeMismatchError),
+    (duckdb.OutOfRangeException, TypeMismatchError),  # an overflow, a value past its type's range
+    (duckdb.TypeMismatchException, TypeMismatchError),
+    (duckdb.InvalidTypeException, TypeMismatchError),
+    (duckdb.NotImplementedException, SqlError),  # e.g. a parameter of a Python type DuckDB cannot bind
     (duckdb.BinderException, SqlError),
     (duckdb.ParserException, SqlError),
     (duckdb.CatalogException, SqlError),
