@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import numbers
 import re
 import struct
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from crr.arrow_build import int64_scalar
-from crr.errors import ChangesetError, CrrError
+from crr.errors import CatalogError, ChangesetError, CrrError
 from crr.types import quote_ident
 
 MAGIC = b"CRRCS"
@@ -243,6 +244,22 @@ class Changeset:
                 raise ChangesetError(
                     f"malformed changeset: causal lengths of {', '.join(sorted(map(quote_ident, unknown)))}, "
                     "which is in the lineage of no relation of the changeset")
+
+
+def changes_request(since: object, relations: object) -> tuple[int, list[str] | None]:
+    """The arguments of a site's ``changes(since, relations)`` checked (both backends): ``since`` as an
+    int cursor (None: 0) and the relation names as given, or None for the default; ChangesetError for
+    what is no cursor, CatalogError for what is no list of names (a string is not read letter by letter)."""
+    since = 0 if since is None else since
+    if isinstance(since, bool) or not isinstance(since, numbers.Integral) or not 0 <= since <= _MAX_INT:
+        raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
+                             f"(site.cursor, or a changeset's .cursor), not {since!r}")
+    if relations is None:
+        return int(since), None
+    given = list(relations) if hasattr(relations, "__iter__") and not isinstance(relations, (str, bytes)) else None
+    if given is None or not all(isinstance(r, str) for r in given):
+        raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
+    return int(since), given
 
 
 def received(changeset: "Changeset | bytes") -> Changeset:

@@ -43,8 +43,19 @@ from crr.sql.statements import RelationKind
 _CURSOR_CONFLICT = ("ON CONFLICT (peer, relation) DO UPDATE "
                     "SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated")
 
-CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors VALUES (?, ?, ?, now()::TIMESTAMP) {_CURSOR_CONFLICT}"
-"""Record a tracked stream's cursor: parameters (peer, relation, cursor)."""
+def _tracked_rows_sql(count: int) -> str:
+    """The ``count`` (peer, relation, cursor, since) rows whose cursor a tracked merge may record: those
+    of a changeset starting at or before the recorded cursor (0 when none is). One that starts later
+    leaves a gap of changes it does not carry, so the cursor stays where it is and the stream resumes
+    from it."""
+    rows = ", ".join(["(?, ?, ?::BIGINT, ?::BIGINT)"] * count)
+    return (f"SELECT v.peer, v.relation, v.cursor, now()::TIMESTAMP FROM (VALUES {rows}) v(peer, relation, cursor, since) "
+            f"WHERE v.since <= coalesce((SELECT c.cursor FROM {SCHEMA}.cursors c "
+            "WHERE c.peer = v.peer AND c.relation = v.relation), 0)")
+
+
+CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors {_tracked_rows_sql(1)} {_CURSOR_CONFLICT}"
+"""Record a tracked stream's cursor: parameters (peer, relation, cursor, since); see :func:`_tracked_rows_sql`."""
 
 CURSORS_FORGET_SQL = f"DELETE FROM {SCHEMA}.cursors WHERE relation = ?"
 """Forget the tracked cursors of a dropped relation: one declared again under its name starts from 0."""
@@ -59,10 +70,8 @@ PEER_CURSORS_SQL = f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursor
 def tracked_cursors_sql(count: int, written: str) -> str:
     """:data:`CURSOR_UPSERT_SQL` of ``count`` relations as one INSERT ... RETURNING, to run as a CTE
     of a merge's one statement (:mod:`crr.point_merge`): it records the cursors only when the CTE
-    ``written`` returned rows (the merge wrote). Parameters: (peer, relation, cursor) per relation."""
-    rows = ", ".join(["(?, ?, ?::BIGINT)"] * count)
-    return (f"INSERT INTO {SCHEMA}.cursors SELECT peer, relation, cursor, now()::TIMESTAMP "
-            f"FROM (VALUES {rows}) v(peer, relation, cursor) WHERE EXISTS (SELECT 1 FROM {written}) "
+    ``written`` returned rows (the merge wrote). Parameters: (peer, relation, cursor, since) per relation."""
+    return (f"INSERT INTO {SCHEMA}.cursors {_tracked_rows_sql(count)} AND EXISTS (SELECT 1 FROM {written}) "
             f"{_CURSOR_CONFLICT} RETURNING 1")
 
 

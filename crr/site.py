@@ -9,7 +9,6 @@ hands each call to the module that does the work, with the state they share
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 import uuid
 from typing import Any, Iterable
@@ -19,11 +18,11 @@ import duckdb
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION, Catalog, Relation,
                          SiteFlag, relation_from_row)
-from crr.changeset import Changeset
+from crr.changeset import Changeset, changes_request
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
-from crr.errors import CatalogError, ChangesetError, SiteError, SqlError
+from crr.errors import CatalogError, SiteError, SqlError
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
 from crr.prepared import Prepared
 from crr.site_state import SiteState
@@ -270,17 +269,8 @@ class Site:
         ``relations`` defaults to every relation held here. The result's ``cursor`` resumes the stream.
         """
         self._state.check_open()
-        since = 0 if since is None else since
-        if isinstance(since, bool) or not isinstance(since, numbers.Integral) or not 0 <= since < 2**63:
-            raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
-                                 f"(site.cursor, or a changeset's .cursor), not {since!r}")
-        since = int(since)
-        named = None
-        if relations is not None:
-            given = list(relations) if hasattr(relations, "__iter__") and not isinstance(relations, (str, bytes)) else None
-            if given is None or not all(isinstance(r, str) for r in given):
-                raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
-            named = list(dict.fromkeys(self.relation(r).name for r in given))  # each once
+        since, given = changes_request(since, relations)
+        named = None if given is None else list(dict.fromkeys(self.relation(r).name for r in given))  # each once
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq

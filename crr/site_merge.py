@@ -59,7 +59,8 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
             batch = plan_merge(state.con, state.rels, cs, held, inputs, state.max_clock_skew)
             result = state.apply(batch) if held else BatchResult()
             if track:
-                state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor] for rc in cs.relations])
+                state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since]
+                                                          for rc in cs.relations])
     finally:
         inputs.close(drop_tables=len(cs) > 10_000)
     return MergeResult(result, ignored)
@@ -88,7 +89,7 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
     then = list(appends)
     if track:
         then.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
-                     [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor)]))
+                     [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor, cs.since)]))
     try:
         with changeset_errors(), views_inside(bool(appends)):
             if rows is not None:

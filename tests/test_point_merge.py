@@ -381,3 +381,28 @@ def test_random_writes_at_two_sources_shipped_one_by_one_match_the_general_path_
         assert _everything(fused) == _everything(general), (who, sql, params)
     for name, sql in PROPERTY_VIEWS.items():
         assert app(fused, name) == fused.execute(f"SELECT DISTINCT * FROM ({sql}) ORDER BY ALL NULLS FIRST"), name
+
+
+@pytest.mark.parametrize("rows", [1, 300])  # the one-statement merge and the general path
+def test_a_tracked_changeset_that_leaves_a_gap_does_not_move_the_cursor(rows: int):
+    """A changeset starting after the recorded cursor does not carry the changes between them: recording
+    its cursor made a stream resuming from it skip them for good."""
+    src, dst = crr.Site(site_id="src"), crr.Site(site_id="dst")
+    for site in (src, dst):
+        site.execute("CREATE REPLICATED TABLE g (k INTEGER, v VARCHAR)")
+    src.insert_many("g", [(k, "a") for k in range(rows)])
+    dst.merge(src.changes(), track=True)
+    first = src.cursor
+    assert dst.peer_cursor("src", "g") == first
+    src.insert_many("g", [(k, "gap") for k in range(rows, 2 * rows)])
+    middle = src.cursor
+    src.insert_many("g", [(k, "b") for k in range(2 * rows, 3 * rows)])
+    assert dst.merge(src.changes(since=middle), track=True).changed  # its rows merge, the cursor stays
+    assert dst.peer_cursor("src", "g") == first
+    dst.merge(src.changes(since=dst.peer_cursor("src", "g")), track=True)  # the stream resumes: the gap arrives
+    assert dst.peer_cursor("src", "g") == src.cursor
+    assert sorted(dst.execute("SELECT * FROM g")) == sorted(src.execute("SELECT * FROM g"))
+    fresh = crr.Site(site_id="fresh")
+    fresh.execute("CREATE REPLICATED TABLE g (k INTEGER, v VARCHAR)")
+    fresh.merge(src.changes(since=middle), track=True)  # no cursor yet: one from 0 is needed
+    assert fresh.peer_cursor("src", "g") == 0

@@ -655,3 +655,28 @@ def test_a_spark_site_stores_a_zero_as_positive(spark, tmp_path):
     rows = site.table("t").collect()
     assert sorted(r["k"] for r in rows) == [1, 2]
     assert {math.copysign(1.0, r[c]) for r in rows for c in ("x", "f")} == {1.0}
+
+
+def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tmp_path):
+    """SparkSite.changes refuses what is no cursor or no list of names, as Site.changes does; a tracked
+    changeset starting past the recorded cursor leaves it where it is (its gap would be skipped)."""
+    site = SparkSite(spark, str(tmp_path / "s"))
+    site.execute("CREATE REPLICATED TABLE g (k INTEGER)")
+    for since in (-1, 1.5, True, 2**63):
+        with pytest.raises(ChangesetError, match="takes a cursor"):
+            site.changes(since=since)
+    with pytest.raises(CatalogError, match="list of relation names"):
+        site.changes(relations="g")
+    src = crr.Site(site_id="src")
+    src.execute("CREATE REPLICATED TABLE g (k INTEGER)")
+    src.execute("INSERT INTO g VALUES (1)")
+    site.merge(src.changes(), track=True)
+    first = src.cursor
+    src.execute("INSERT INTO g VALUES (2)")
+    middle = src.cursor
+    src.execute("INSERT INTO g VALUES (3)")
+    site.merge(src.changes(since=middle), track=True)
+    assert site.peer_cursor("src", "g") == first
+    site.merge(src.changes(since=first), track=True)
+    assert site.peer_cursor("src", "g") == src.cursor
+    assert sorted(r["k"] for r in site.table("g").collect()) == [1, 2, 3]

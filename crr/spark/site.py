@@ -28,7 +28,7 @@ from sqlglot import exp
 from crr.aggregate import is_aggregate
 from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
-from crr.changeset import Changeset, received
+from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
@@ -412,8 +412,9 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             if track:  # recorded in this transaction's metadata: committed with the merge or not at all
                 peer = txn.meta.setdefault("cursors", {}).setdefault(cs.source, {})
-                for rc in cs.relations:
-                    peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
+                for rc in cs.relations:  # a changeset starting past the cursor leaves a gap: the cursor stays
+                    if cs.since <= peer.get(rc.name, 0):
+                        peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
             if not held:
                 return SparkResult(), catalog, False
             with spark_errors():
@@ -430,9 +431,9 @@ class SparkSite:
         """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations
         (default: every relation but remote sources), as a changeset any site can merge."""
         self._check_open()
-        since = since or 0
-        names = self._catalog.names_to_send([self.relation(r).name for r in relations]
-                                            if relations is not None else None)
+        since, given = changes_request(since, relations)
+        names = self._catalog.names_to_send(None if given is None
+                                            else list(dict.fromkeys(self.relation(r).name for r in given)))
         out, cl = collect_changes(self._store.read, self._catalog, names, since)
         return Changeset(source=self.site_id, since=since, cursor=self._seq, relations=out, cl=cl)
 
