@@ -180,6 +180,7 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
         raise refuse(f"COLLATE ({collate.sql(DIALECT)[:40]})",
                      "crr groups and compares values as stored; group by lower(x) or another normal form instead")
     aliases = {e.alias: e.this for e in query.expressions if isinstance(e, exp.Alias)}
+    using = any(j.args.get("using") for j in query.args.get("joins") or [])  # USING merges the named columns
 
     def qualified(node: exp.Expression) -> exp.Expression:
         """A copy with every column qualified by the one occurrence holding it (to compare keys)."""
@@ -189,10 +190,14 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
                 owners = [a for a, cols in columns_of.items() if col.name in cols]
                 if len(owners) == 1:
                     col.set("table", exp.to_identifier(owners[0]))
+                elif len(owners) > 1 and not using:
+                    raise SqlError(f"column {col.name} of aggregate view {name} is ambiguous: each of "
+                                   f"{', '.join(owners)} has one; qualify it (e.g. {owners[0]}.{col.name})")
         return node
 
     keys: list[exp.Expression] = []
     for g in (group.expressions if group is not None else []):
+        g = g.unnest()  # GROUP BY (g) is GROUP BY g
         if isinstance(g, exp.Literal) and g.is_int:
             pos = int(g.this)
             if not 1 <= pos <= len(query.expressions):

@@ -216,6 +216,24 @@ def test_a_float_sum_that_rows_left_is_its_rows_sum() -> None:
     assert s.execute('SELECT count(*) FROM _crr."tot$g" WHERE stale') == [(0,)]
 
 
+def test_group_keys_in_parentheses_and_ambiguous_columns() -> None:
+    """GROUP BY (g) was refused as if g were not grouped; an ambiguous g named crr's internal column
+    (t.s.g0) where DuckDB says the reference is ambiguous (found by a probe)."""
+    s = Site()
+    s.execute("CREATE REPLICATED TABLE t (k INTEGER, g VARCHAR)")
+    s.execute("CREATE REPLICATED TABLE u (g VARCHAR, y INTEGER)")
+    q = "SELECT g, count(*) AS n FROM t GROUP BY (g)"
+    s.execute(f"CREATE MATERIALIZED VIEW a1 AS {q}")
+    s.execute("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'a')")
+    assert s.execute("SELECT * FROM a1 ORDER BY g") == s.execute(f"{q} ORDER BY g") == [("a", 2), ("b", 1)]
+    with pytest.raises(crr.SqlError, match="column g of aggregate view a2 is ambiguous: each of t, u"):
+        s.execute("CREATE MATERIALIZED VIEW a2 AS SELECT t.g, count(u.y) FROM t JOIN u ON t.g = u.g GROUP BY g")
+    q = "SELECT g, count(u.y) AS n FROM t JOIN u USING (g) GROUP BY g"  # USING makes g one column
+    s.execute(f"CREATE MATERIALIZED VIEW a3 AS {q}")
+    s.execute("INSERT INTO u VALUES ('a', 5)")
+    assert s.execute("SELECT * FROM a3") == s.execute(q) == [("a", 2)]
+
+
 def test_aggregate_types_are_duckdbs() -> None:
     """The APP table's columns have the types DuckDB gives the query (SUM of INTEGER is HUGEINT...)."""
     s = Site()
