@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
 from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
@@ -106,6 +107,23 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
         rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
                    DmlKind.DELETE: dml.delete_rows}[stmt.kind]
         rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
+    try:
+        return _run_rows(state, stmt, rel, rq, params)
+    except SqlError as e:
+        if rq.width_checked and _SET_WIDTH in str(e):
+            named = [c.name for c in stmt.tree.this.expressions] if isinstance(stmt.tree.this, exp.Schema) \
+                else rel.column_names
+            raise SqlError(f"INSERT into {rel.name}: its source gives another number of values than the "
+                           f"{len(named)} columns it inserts into ({', '.join(named)}); give one value per "
+                           "column") from None
+        raise
+
+
+_SET_WIDTH = "Set operations can only apply to expressions with the same number of result columns"
+
+
+def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, params) -> list[tuple]:
+    """:func:`run_dml` on a replicated table, given the statement's rows as queries."""
     given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
     source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
     assert source is not None

@@ -37,6 +37,9 @@ class RowQueries:
     # target's alias or name), so a caller may delete the APP rows directly and read them RETURNING
     delete: str | None = None
     qualifier: str | None = None
+    # an INSERT whose source's width the text does not tell: ``new`` makes DuckDB's binder refuse a
+    # source of another width, with its message about set operations (see :func:`insert_rows`)
+    width_checked: bool = False
 
 
 def _q(name: str) -> exp.Identifier:
@@ -94,6 +97,13 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
             if isinstance(row, exp.Tuple) and len(row.expressions) == len(target_cols):
                 row.set("expressions", [_cast(e, types[c]) for e, c in zip(row.expressions, target_cols)])
         source = exp.select("*").from_(exp.Subquery(this=values))
+    elif width is None:
+        # the text does not tell the width (``SELECT *``): a first UNION ALL branch of no rows and exactly
+        # the columns inserted into makes DuckDB's binder refuse a source of another width, where the
+        # alias below would take its first columns and drop the rest
+        empty = exp.select(*[exp.alias_(exp.Null(), f"c{i}", quoted=True) for i in range(len(target_cols))]).limit(0)
+        source = exp.select("*").from_(exp.Subquery(this=exp.Union(
+            this=exp.Subquery(this=empty), expression=exp.Subquery(this=source.copy()), distinct=False)))
     inner_alias = exp.TableAlias(this=_q("_crr_src"), columns=[_q(f"c{i}") for i in range(len(target_cols))])
     subquery = exp.Subquery(this=source.copy(), alias=inner_alias)
     projections = []
@@ -104,7 +114,8 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
             value = exp.Null()
         projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
     query = _with_ctes(tree, exp.select(*projections).from_(subquery))
-    return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols))
+    return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols),
+                      width_checked=width is None)
 
 
 def _width(source: exp.Expression) -> int | None:

@@ -51,6 +51,24 @@ def test_an_insert_gives_one_value_per_column(site, sql: str):
     assert site.execute("SELECT count(*) FROM t") == [(0,)] and site.cursor == 0
 
 
+@pytest.mark.parametrize("sql", ["INSERT INTO t SELECT * FROM w3", "INSERT INTO t SELECT w3.* FROM w3",
+                                 "INSERT INTO t (a) SELECT * FROM w2", "INSERT INTO t SELECT * FROM w1",
+                                 "INSERT INTO t SELECT * FROM range(100) r(i), w2"])  # the batch path
+def test_an_insert_of_a_star_gives_one_value_per_column(site, sql: str):
+    """A source whose width only DuckDB knows (``SELECT *``) with more columns than the INSERT names had
+    them dropped; now its width is compared by DuckDB's binder, and the error says what is wrong."""
+    site.execute("CREATE REPLICATED TABLE t (a INT, b VARCHAR)")
+    site.execute("CREATE TABLE w1 AS SELECT 1 AS x")
+    site.execute("CREATE TABLE w2 AS SELECT 1 AS x, 'p' AS y")
+    site.execute("CREATE TABLE w3 AS SELECT 1 AS x, 'p' AS y, 3 AS z")
+    with pytest.raises(crr.SqlError, match=r"another number of values than the \d columns it inserts into \(a(, b)?\)"):
+        site.execute(sql)
+    assert site.execute("SELECT count(*) FROM t") == [(0,)] and site.cursor == 0
+    assert site.execute("INSERT INTO t SELECT * FROM w2") == [(1,)]  # the right width still goes in
+    assert site.execute("INSERT INTO t SELECT * EXCLUDE (z) FROM w3 WHERE x = ?", [1]) == [(1,)]
+    assert site.execute("SELECT * FROM t") == [(1, "p")]
+
+
 def test_dml_on_a_table_of_another_database_is_not_a_write_to_the_replicated_one(site, tmp_path):
     """``INSERT INTO o.t`` named the replicated table t once crr kept only the name: the rows went to
     main.t and were replicated (a second row of key 1 too). Now crr leaves such a statement to
