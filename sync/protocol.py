@@ -42,7 +42,10 @@ async def read_header(reader: asyncio.StreamReader, max_frame: int = MAX_FRAME) 
         raise ProtocolError("connection closed inside a frame header") from None
     (size,) = _LEN.unpack(head)
     if size > max_frame:
-        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {max_frame} bytes")
+        hint = ""
+        if all(32 <= b < 127 for b in head):  # text, e.g. b"HTTP" or b"SSH-": no crr frame starts so
+            hint = f" (its first bytes read {head.decode('ascii')!r}: is the peer a crr serve?)"
+        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {max_frame} bytes{hint}")
     return size
 
 

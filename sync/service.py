@@ -106,6 +106,7 @@ class Link:
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionError("connection closed"))
+                fut.exception()  # retrieved: a request already given up must not log "never retrieved"
         self.pending.clear()
         self.release(self.held)
         self.writer.close()

@@ -318,3 +318,42 @@ def test_a_control_path_that_is_not_a_socket_is_left_alone(tmp_path):
     with pytest.raises(crr.CrrError, match="pull_interval"):
         SyncService(site, b"s" * 32, pull_interval=-1)
     site.close()
+
+
+def test_a_peer_speaking_another_protocol_is_named_so():
+    """An HTTP server dialled as a peer was refused as 'frame of 1213486160 bytes exceeds the limit'."""
+    from crr.sync.protocol import ProtocolError, read_header
+
+    async def header(data: bytes) -> int:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        return await read_header(reader, 1 << 20)
+
+    with pytest.raises(ProtocolError, match="first bytes read 'HTTP': is the peer a crr serve"):
+        asyncio.run(header(b"HTTP/1.1 400 Bad Request\r\n"))
+    with pytest.raises(ProtocolError, match="exceeds the limit of 1048576 bytes$"):
+        asyncio.run(header(b"\xff\xff\xff\xff"))
+
+
+def test_closing_a_link_with_a_request_given_up_logs_nothing(caplog):
+    """A pending request whose waiter was gone when its connection closed logged asyncio's "Future
+    exception was never retrieved" when the service stopped."""
+    import gc
+
+    from crr.sync.protocol import MemoryBudget
+    from crr.sync.service import Link
+
+    class Writer:
+        def close(self) -> None:
+            pass
+
+    async def run() -> None:
+        link = Link(reader=asyncio.StreamReader(), writer=Writer(), channel=None, peer="p", address="a",
+                    outgoing=True, budget=MemoryBudget(1 << 20))
+        link.pending[1] = asyncio.get_running_loop().create_future()
+        link.close()
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(run())
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
