@@ -579,7 +579,7 @@ class PointWrite:
         _check_not_null(rel, distinct)
         stamp = 0
         if rel.key:
-            _check_keys(rel, distinct, freed=set())
+            _check_keys(rel, distinct, freed=set(), updating=False)
             stamp = clock.tick()
         if not self._new_rows(rel, distinct, [stamp] * len(distinct), seq, unchecked_entries, then)[0]:
             return None
@@ -610,7 +610,7 @@ class PointWrite:
         _check_not_null(rel, news)
         stamp = 0
         if rel.key:
-            _check_keys(rel, news, freed={r.kh for r in olds})
+            _check_keys(rel, news, freed={r.kh for r in olds}, updating=bool(olds))
             clock.observe(max((v[2] for r in news for v in r.versions), default=None))
             stamp = clock.tick()
         for row in news:
@@ -688,10 +688,12 @@ def _check_not_null(rel: Relation, news: list[_Row]) -> None:
             raise null_error(rel, col, n)
 
 
-def _check_keys(rel: Relation, news: list[_Row], freed: set) -> None:
-    """Refuse two values for one key in the statement, or a key another visible version holds."""
+def _check_keys(rel: Relation, news: list[_Row], freed: set, updating: bool) -> None:
+    """Refuse two values for one key in the statement, or a key another visible version holds; for an
+    UPDATE (``updating``) any visible version of a key it does not delete itself, one equal to the new
+    row too (a duplicate key in SQL: merging the two rows would lose one)."""
     if len({r.id for r in news}) > len({r.kh for r in news}):
         raise repeated_key_error(rel)
     for row in news:
-        if row.kh not in freed and any(vvis and vid != row.id for vid, _, _, vvis, _ in row.versions):
+        if row.kh not in freed and any(vvis and (updating or vid != row.id) for vid, _, _, vvis, _ in row.versions):
             raise key_clash_error(rel, row.values)

@@ -124,11 +124,14 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     nulls = " OR ".join(f"w.{rel.aug_column(c)} IS NULL" for c in rel.not_null)
     checks = [f"bool_or({nulls})"] if nulls else []
     source = f"{new} w"
-    freed = f"AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting else ""  # keys the statement deletes
+    # a clash: another visible version of a new row's key; for an UPDATE (``deleting``), any visible
+    # version of a key it does not itself delete, the row's own values too (SET k = 2 onto a row (2, v)
+    # equal to the new one is a duplicate key in SQL, where merging the two rows would lose one)
+    clash = (f"c.vis AND c.kh NOT IN (SELECT kh FROM {temp_table('_crr_wold')})" if deleting
+             else "c.vis AND c.id <> w.id")
     if rel.key:
-        # two values with one key: more distinct ids than keys; a clash: another visible version
-        checks += ["count(DISTINCT w.id) - count(DISTINCT w.kh)",
-                   f"count(*) FILTER (WHERE c.vis AND c.id <> w.id {freed})",
+        # two values with one key: more distinct ids than keys
+        checks += ["count(DISTINCT w.id) - count(DISTINCT w.kh)", f"count(*) FILTER (WHERE {clash})",
                    "max(c.stamp)"]
         source += " LEFT JOIN _crr.cl c ON c.kh = w.kh"
     if not checks:
@@ -146,8 +149,7 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
         raise repeated_key_error(rel)
     if clash:
         row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
-                              JOIN _crr.cl c ON c.kh = w.kh AND c.vis AND c.id <> w.id {freed}
-                              LIMIT 1""").fetchall()[0]
+                              JOIN _crr.cl c ON c.kh = w.kh AND {clash} LIMIT 1""").fetchall()[0]
         raise key_clash_error(rel, row)
     return seen
 
@@ -178,5 +180,6 @@ def disagreeing_entry_error(rel: Relation) -> ChangesetError:
 def key_clash_error(rel: Relation, row: Sequence[Any]) -> ConstraintError:
     """A written row (its values in column order) has the key of another visible row."""
     key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
-    return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists with other "
-                           "values; use UPDATE to change it (nothing was written)")
+    return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists; an INSERT of "
+                           "other values for it is an UPDATE of that row, an UPDATE must not give a row the key "
+                           "of another it leaves (nothing was written)")
