@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output went away (crr sql ... | head): not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_FAILURE
+        os.close(devnull)
+        return 0
     except OSError as e:  # a file or socket operation crr did not foresee: say which, without a traceback
         error(describe_os_error(e))
         return EXIT_FAILURE

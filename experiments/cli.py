@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -26,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--quick", action="store_true", help="small sizes: finishes in under a minute")
-        p.add_argument("--json", metavar="FILE", help="write raw results as JSON")
-        p.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR")
+        p.add_argument("--json", metavar="FILE", help="write raw results as JSON (its folder must exist)")
+        p.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (created if missing)")
 
     p = bs.add_parser("paper", help="the paper's four experiments (section 9) vs Gupta counting on DuckDB")
     p.add_argument("--sizes", type=_int_list, default="10000,20000,30000,40000,50000,60000,70000,80000,90000,100000")
@@ -124,9 +125,45 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in _names(text)]
 
 
+def check_outputs(json_path: str | None, plot_dir: str | None) -> None:
+    """Refuse, before anything runs, a ``--json FILE`` or ``--plot DIR`` the results could not be written to,
+    so that a long benchmark does not end in a failure to save it."""
+    from crr.cli import UsageError
+    if json_path is not None:
+        if not json_path or json_path.endswith(os.sep):
+            raise UsageError(f"--json {json_path!r} is not a file name; give the file for the results, e.g. "
+                             "--json results.json")
+        if os.path.isdir(json_path):
+            raise UsageError(f"--json {json_path} is a folder; give a file path, e.g. "
+                             f"--json {os.path.join(json_path, 'results.json')}")
+        if os.path.exists(json_path) and not os.path.isfile(json_path):
+            raise UsageError(f"--json {json_path} is not a regular file; give a file path")
+        folder = os.path.dirname(os.path.abspath(json_path))
+        if not os.path.isdir(folder):
+            raise UsageError(f"the folder {os.path.dirname(json_path) or folder} of --json {json_path} does not "
+                             "exist; create it first")
+        exists = os.path.exists(json_path)
+        if not (os.access(json_path, os.W_OK) if exists else os.access(folder, os.W_OK | os.X_OK)):
+            raise UsageError(f"cannot write --json {json_path}: permission denied; give a path this user may write")
+    if plot_dir is not None:
+        if not plot_dir:
+            raise UsageError("--plot '' is not a folder name; give the folder for the PNG plots, e.g. --plot plots")
+        if os.path.exists(plot_dir) and not os.path.isdir(plot_dir):
+            raise UsageError(f"--plot {plot_dir} is a file; give a folder for the PNG plots (created if missing)")
+        ancestor = os.path.abspath(plot_dir)  # the folder is created with its parents: the nearest existing one
+        while not os.path.exists(ancestor):
+            ancestor = os.path.dirname(ancestor)
+        if not os.path.isdir(ancestor):
+            raise UsageError(f"cannot create --plot {plot_dir}: {ancestor} is a file, not a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise UsageError(f"cannot {'write into' if ancestor == os.path.abspath(plot_dir) else 'create'} "
+                             f"--plot {plot_dir}: this user may not write in {ancestor}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one ``crr bench`` subcommand."""
     name = args.bench
+    check_outputs(args.json, args.plot)
     if args.quick:
         for k, v in QUICK[name].items():
             setattr(args, k, v)

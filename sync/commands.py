@@ -2,8 +2,12 @@
 
 Arguments are checked before anything is opened: a bad ``--listen``, ``--peer``, ``--allow``,
 ``--pull-interval`` or ``--log-level`` is refused by the parser; a missing or unreadable
-``--secret-file``, a ``--db`` in a folder that does not exist, and a ``--db`` that is no crr site (for
-``crr sql`` and ``crr status``) are refused with :class:`crr.cli.UsageError` before any file is created.
+``--secret-file``, a ``--db`` in a folder that does not exist, a ``--db`` that is not a DuckDB database
+(or, for ``crr sql`` and ``crr status``, no crr site), a ``--key-file`` or ``--trust-file`` that is a
+folder or lies in a folder that does not exist, and a ``<db>.sock`` that is not a socket are refused with
+:class:`crr.cli.UsageError` before any file is created.
+
+Output to a reader that went away (``crr sql ... | head``) is not an error: the command ends with 0.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
@@ -139,13 +144,42 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="deployment secret (else $CRR_SECRET); needed only while crr serve holds the site")
 
 
+class _OutputClosed(Exception):
+    """The reader of standard output went away (``crr sql ... | head``); not an error of ours."""
+
+
+def _out(text: str) -> None:
+    """Print a line to standard output; a closed pipe raises :class:`_OutputClosed`."""
+    try:
+        print(text)
+    except BrokenPipeError:
+        raise _OutputClosed from None
+
+
+def quiet_libraries() -> None:
+    """Keep library chatter out of the user's terminal and the serve's log: sqlglot logs a warning for
+    every statement it parses as a generic command (``EXPLAIN ...``) and INFO lines while transpiling."""
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one of the sync commands."""
+    quiet_libraries()
     if args.command == "serve":
         return _serve(args)
-    if args.command == "sql":
-        return _sql(args)
-    return _status(args)
+    try:
+        code = _sql(args) if args.command == "sql" else _status(args)
+        try:
+            sys.stdout.flush()  # here, not at exit, so that a closed pipe is seen
+        except BrokenPipeError:
+            raise _OutputClosed from None
+        return code
+    except _OutputClosed:
+        # nobody reads the rest: send it (and the interpreter's last flush) to /dev/null, and end normally
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
 
 
 # -- checks shared by the commands --------------------------------------------------------------------
@@ -178,13 +212,37 @@ def check_db_path(db: str) -> None:
         raise UsageError("--db needs the path of the site's DuckDB file")
     if os.path.isdir(db):
         raise UsageError(f"--db {db} is a folder; give the site's DuckDB file, e.g. {os.path.join(db, 'site.duckdb')}")
+    if os.path.exists(db) and not os.path.isfile(db):  # a FIFO or a device: DuckDB would block or fail on it
+        raise UsageError(f"--db {db} is not a regular file; give the site's DuckDB file")
     folder = os.path.dirname(os.path.abspath(db))
     if not os.path.isdir(folder):
         raise UsageError(f"the folder {os.path.dirname(db) or folder} of --db {db} does not exist; create it first")
 
 
+def check_file_option(path: str, option: str, *, default: bool = False, written: bool = True) -> None:
+    """Refuse a file ``option`` (``--key-file``, ``--trust-file``) that crr could not use: a folder or
+    other non-file, a file in a folder that does not exist, an unreadable file, or (``written``: crr will
+    create or rewrite it) a folder this user cannot write in. ``default``: the path was not given but
+    derived from ``--db``."""
+    what = f"{path} (the default {option})" if default else f"{option} {path}"
+    if os.path.isdir(path):
+        raise UsageError(f"{what} is a folder; give a file path, e.g. {option} {os.path.join(path, 'FILE')}")
+    exists = os.path.exists(path)
+    if exists and not os.path.isfile(path):
+        raise UsageError(f"{what} is not a regular file; give a file path with {option} FILE")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"the folder {os.path.dirname(path) or folder} of {what} does not exist; create it first")
+    if exists and not os.access(path, os.R_OK):
+        raise UsageError(f"cannot read {what}: permission denied; fix its owner or mode, or give another {option}")
+    if (written or not exists) and not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {what}: this user may not create files in {folder}; make the folder "
+                         f"writable, or give another {option}")
+
+
 def check_socket_path(db: str, fix: str = "move the site file to a shorter path") -> None:
-    """Refuse a ``--db`` whose control socket path (``<db>.sock``) is too long for a Unix socket."""
+    """Refuse a ``--db`` whose control socket path (``<db>.sock``) is too long for a Unix socket, or is taken
+    by a folder or a file that is not a socket (a stale socket is fine: crr serve replaces it)."""
     from crr.sync.control import socket_path
     path = socket_path(db)
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
@@ -192,6 +250,9 @@ def check_socket_path(db: str, fix: str = "move the site file to a shorter path"
                          f"socket path may have; {fix}")
     if os.path.isdir(path):
         raise UsageError(f"{path} is a folder, where crr serve puts its control socket; remove or rename it")
+    if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise UsageError(f"{path} exists and is not a socket, where crr serve puts its control socket; remove or "
+                         "rename it")
 
 
 def site_state(db: str) -> str:
@@ -206,6 +267,10 @@ def site_state(db: str) -> str:
     try:
         con = duckdb.connect(db, read_only=True)
     except duckdb.Error as e:
+        if "not a valid duckdb database" in str(e).lower():  # a wrong file given as --db: a usage error
+            empty = " (the file is empty)" if os.path.getsize(db) == 0 else ""
+            raise UsageError(f"--db {db} is not a valid DuckDB database file{empty}; check the path (crr does "
+                             "not overwrite a file that is no database)") from None
         raise _explained(db, SiteError(f"cannot open site database {db}: {str(e).strip()}")) from None
     try:
         found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = 'meta'",
@@ -218,9 +283,9 @@ def site_state(db: str) -> str:
 def require_site(db: str, create: bool, how: str = "give --create") -> None:
     """Refuse to open ``db`` unless it is a crr site or ``create`` says to make one."""
     check_db_path(db)
+    state = site_state(db)  # refuses a file that is no DuckDB database, even with ``create``
     if create:
         return
-    state = site_state(db)
     if state == "missing":
         raise UsageError(f"no site file {db}; check the path, or {how} to make a new site there")
     if state == "plain":
@@ -287,6 +352,13 @@ def _serve(args: argparse.Namespace) -> int:
     secret = load_secret(args.secret_file)
     check_db_path(args.db)
     check_socket_path(args.db)
+    if args.db != ":memory:" or args.key_file:
+        check_file_option(args.key_file or os.path.abspath(args.db) + ".key", "--key-file",
+                          default=not args.key_file, written=False)
+    if args.db != ":memory:" or args.trust_file:  # pins are written on first contact unless that is off
+        check_file_option(args.trust_file or os.path.abspath(args.db) + ".peers.json", "--trust-file",
+                          default=not args.trust_file, written=not args.no_trust_on_first_use)
+    site_state(args.db)  # a file that is no DuckDB database, or one another process holds, is refused here
     check_listen(*args.listen)
     allow: dict[str, set[str]] | None = None
     for site_id, rels in args.allow or []:
@@ -345,7 +417,7 @@ def _request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
 
 def _print_rows(rows: list | None) -> None:
     for row in rows or []:
-        print("\t".join("NULL" if v is None else str(v) for v in row))
+        _out("\t".join("NULL" if v is None else str(v) for v in row))
 
 
 class _LocalSite:
@@ -418,19 +490,46 @@ def _sql(args: argparse.Namespace) -> int:
         local.close()
 
 
+def _local_key(db: str) -> str | None:
+    """The public key (hex) in ``<db>.key``, where crr serve keeps it by default, if it is there and usable."""
+    from crr.sync.crypto import Identity
+    path = os.path.abspath(db) + ".key"
+    if db == ":memory:" or not os.path.isfile(path):
+        return None
+    try:
+        return Identity.load_or_create(path).public.hex()
+    except CrrError:
+        return None
+
+
+def status_document(status: dict[str, Any], serving: bool) -> dict[str, Any]:
+    """``crr status``'s JSON, with the same keys whether a crr serve answered it (``serving``) or the site
+    file was read here; what only a serve knows is null or empty here."""
+    doc: dict[str, Any] = {"site": status.get("site"), "key": status.get("key"), "cursor": status.get("cursor"),
+                           "serving": serving, "listening": status.get("listening"),
+                           "relations": status.get("relations", []), "peers": status.get("peers", []),
+                           "unreachable": status.get("unreachable", []), "cursors": status.get("cursors", []),
+                           "failing": status.get("failing", []), "memory": status.get("memory"),
+                           "refused": status.get("refused", [])}
+    doc.update((k, v) for k, v in status.items() if k not in doc)  # anything a newer serve adds
+    return doc
+
+
 def _status(args: argparse.Namespace) -> int:
     from crr.sync.control import server_running
     secret = load_secret(args.secret_file) if args.secret_file else None
     status: dict[str, Any]
     if server_running(args.db):
-        status = _request(args.db, secret if secret is not None else load_secret(None), {"t": "status"})["status"]
+        answer = _request(args.db, secret if secret is not None else load_secret(None), {"t": "status"})["status"]
+        status = status_document(answer, serving=True)
     else:
         require_site(args.db, args.create)
         site = open_site(args.db)
         try:
-            status = {"site": site.site_id, "cursor": site.cursor, "relations": site.relations(),
-                      "peers": [], "serving": False, "cursors": [list(map(str, c)) for c in site.peer_cursors()]}
+            status = status_document({"site": site.site_id, "key": _local_key(args.db), "cursor": site.cursor,
+                                      "relations": site.relations(),
+                                      "cursors": [list(map(str, c)) for c in site.peer_cursors()]}, serving=False)
         finally:
             site.close()
-    print(json.dumps(status, indent=2, default=str))
+    _out(json.dumps(status, indent=2, default=str))
     return 0

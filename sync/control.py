@@ -19,8 +19,9 @@ from crr.sync.protocol import ProtocolError, decode, encode, frame, read_frame
 
 
 def socket_path(db: str) -> str:
-    """Where ``crr serve --db db`` listens for local control."""
-    return os.path.abspath(db) + ".sock"
+    """Where ``crr serve --db db`` listens for local control: beside the file ``db`` resolves to, so that a
+    symbolic link to a site file (or a path through a linked folder) reaches the serve of that file."""
+    return os.path.realpath(db) + ".sock"
 
 
 def server_running(db: str) -> bool:

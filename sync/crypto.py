@@ -164,6 +164,12 @@ class Identity:
     @classmethod
     def load_or_create(cls, path: str) -> "Identity":
         """The key pair stored at ``path``, created there (mode 0600, atomically) if absent."""
+        if os.path.isdir(path):
+            raise IdentityError(f"the site key {path} is a folder; give a file path (--key-file FILE), e.g. "
+                                f"{os.path.join(path, 'site.key')}")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise IdentityError(f"the site key {path} is not a regular file; give the path of a key file "
+                                "(--key-file FILE)")
         try:
             if not os.path.exists(path):
                 key = Ed25519PrivateKey.generate()
@@ -209,6 +215,8 @@ class TrustStore:
     def __init__(self, path: str | None = None) -> None:
         self.path = path
         self.keys: dict[str, bytes] = {}
+        if path is not None:
+            self._check_path(path)
         if path is not None and os.path.exists(path):
             try:
                 with open(path, "rb") as f:
@@ -223,6 +231,20 @@ class TrustStore:
             except (OSError, ValueError, UnicodeDecodeError, AttributeError, TypeError) as e:
                 raise IdentityError(f"cannot read the pinned peer keys {path}: {e}; repair it, or delete it to trust "
                                     "every peer again on first use") from None
+
+    @staticmethod
+    def _check_path(path: str) -> None:
+        """Refuse at once a path where pins could never be saved (a folder, or in a missing folder)."""
+        if os.path.isdir(path):
+            raise IdentityError(f"the pinned peer keys file {path} is a folder; give a file path (--trust-file "
+                                f"FILE), e.g. {os.path.join(path, 'peers.json')}")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise IdentityError(f"the pinned peer keys file {path} is not a regular file; give a file path "
+                                "(--trust-file FILE)")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise IdentityError(f"the folder {folder} of the pinned peer keys file {path} does not exist; create "
+                                "it first, or give another --trust-file")
 
     def get(self, site: str) -> bytes | None:
         """The key pinned for ``site``, if any."""

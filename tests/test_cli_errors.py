@@ -193,14 +193,18 @@ def test_db_is_a_folder(tmp_path: Path, secret_file: str) -> None:
     refused(crr("status", "--db", str(tmp_path)), USAGE, "is a folder")
 
 
-def test_db_not_a_duckdb_file(tmp_path: Path, secret_file: str) -> None:
-    """A file that is not a DuckDB database is refused without a traceback and left unchanged (guard)."""
+@pytest.mark.parametrize("content", ["hello\n", ""])
+def test_db_not_a_duckdb_file(tmp_path: Path, secret_file: str, content: str) -> None:
+    """A file that is not a DuckDB database (or an empty one) is refused as a usage error, like a plain
+    DuckDB file (it was exit 1, "cannot open site database"), and left unchanged."""
     bad = tmp_path / "notes.txt"
-    bad.write_text("hello\n")
+    bad.write_text(content)
     for args in (["status", "--db", str(bad)], ["sql", "--db", str(bad), "SELECT 1"],
+                 ["sql", "--db", str(bad), "--create", "SELECT 1"],
                  ["serve", "--db", str(bad), "--secret-file", secret_file, "--listen", "127.0.0.1:0"]):
-        refused(crr(*args), FAILURE, "not a valid DuckDB database")
-    assert bad.read_text() == "hello\n"
+        refused(crr(*args), USAGE, "--db", "not a valid DuckDB database", *(["empty"] if not content else []))
+    assert bad.read_text() == content
+    assert not (tmp_path / "notes.txt.key").exists()
 
 
 def test_db_of_another_storage_version(tmp_path: Path) -> None:
