@@ -12,6 +12,7 @@ import asyncio
 import os
 from typing import Any
 
+from crr import errors
 from crr.errors import CrrError
 from crr.sync import crypto
 from crr.sync import handshake
@@ -49,7 +50,7 @@ async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[st
         await writer.drain()
         rows: list = []
         while True:
-            answer = decode(done.channel.open(await read_frame(reader)))
+            answer = decode(done.channel.open(await read_frame(reader)), results=True)
             if answer.get("t") != "rows":
                 return answer
             part = answer.get("rows")
@@ -68,5 +69,8 @@ def request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
     """Send one control request to the server holding ``db`` and return its answer."""
     answer = asyncio.run(_request(socket_path(db), secret, message))
     if answer.get("t") == "error":
+        kind = getattr(errors, str(answer.get("kind")), None)  # the server's error, as running it here raises it
+        if isinstance(kind, type) and issubclass(kind, CrrError):
+            raise kind(str(answer.get("message")))
         raise CrrError(f"{answer.get('kind', 'error')}: {answer.get('message')}")
     return answer

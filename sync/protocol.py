@@ -74,15 +74,42 @@ def frame(body: bytes) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-def encode(message: dict[str, Any], default: Callable[[Any], Any] | None = None) -> bytes:
-    """msgpack-encode a message map (``default`` converts values msgpack does not know)."""
-    return msgpack.packb(message, use_bin_type=True, default=default)
+_TUPLE = 1  # msgpack extension code of a tuple in query results (msgpack has arrays only)
 
 
-def decode(body: bytes) -> dict[str, Any]:
-    """Decode a message map, raising ProtocolError for anything else."""
+def encode(message: dict[str, Any], default: Callable[[Any], Any] | None = None, *, results: bool = False) -> bytes:
+    """msgpack-encode a message map (``default`` converts values msgpack does not know). ``results``: the
+    message carries query results, whose tuples (DuckDB's ARRAY and unnamed STRUCT values) stay tuples
+    and whose maps may have keys of any type, as :func:`decode` with ``results`` reads them."""
+    if not results:
+        return msgpack.packb(message, use_bin_type=True, default=default)
+
+    def value(v: Any) -> Any:  # what strict_types hands over: tuples, subclasses, and unknown types
+        if isinstance(v, tuple):
+            return msgpack.ExtType(_TUPLE, msgpack.packb(list(v), use_bin_type=True, default=value, strict_types=True))
+        for known in (int, float, str, bytes, list, dict):
+            if isinstance(v, known):  # a subclass of a type msgpack packs (an IntEnum, an OrderedDict)
+                return known(v)
+        if default is None:
+            raise TypeError(f"cannot encode a {type(v).__name__}")
+        return default(v)
+
+    return msgpack.packb(message, use_bin_type=True, default=value, strict_types=True)
+
+
+def _results_ext(code: int, data: bytes) -> Any:
+    if code == _TUPLE:
+        return tuple(msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_results_ext))
+    return msgpack.ExtType(code, data)
+
+
+def decode(body: bytes, *, results: bool = False) -> dict[str, Any]:
+    """Decode a message map, raising ProtocolError for anything else (``results``: see :func:`encode`)."""
     try:
-        message = msgpack.unpackb(body, raw=False)
+        if results:
+            message = msgpack.unpackb(body, raw=False, strict_map_key=False, ext_hook=_results_ext)
+        else:
+            message = msgpack.unpackb(body, raw=False)
     except (msgpack.UnpackException, ValueError, TypeError) as e:
         raise ProtocolError(f"undecodable message ({type(e).__name__})") from None
     if not isinstance(message, dict) or not isinstance(message.get("t"), str):

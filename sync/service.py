@@ -816,5 +816,5 @@ class SyncService:
         for start in range(0, max(len(rows), 1), CONTROL_CHUNK):
             chunk = {"t": "rows", "rows": rows[start:start + CONTROL_CHUNK],
                      "more": start + CONTROL_CHUNK < len(rows)}
-            sealed = await asyncio.to_thread(lambda c=chunk: link.channel.seal(encode(c, _plain)))
+            sealed = await asyncio.to_thread(lambda c=chunk: link.channel.seal(encode(c, _plain, results=True)))
             await link.send_sealed(sealed)

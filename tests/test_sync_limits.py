@@ -117,7 +117,7 @@ def test_a_long_control_query_runs_off_the_sync_loop(tmp_path):
         assert not release.is_set() and threads[0] is not sa._thread
         release.set()
         asker.join(20)
-        assert len(answers[0]["rows"]) == n and answers[0]["rows"][-1] == ["slow", n - 1]
+        assert len(answers[0]["rows"]) == n and answers[0]["rows"][-1] == ("slow", n - 1)
         sb.execute("INSERT INTO r VALUES (1, 'x')")
         assert wait_for(lambda: rows(sa, "SELECT * FROM r") == [(1, "x")])
     finally:
@@ -136,7 +136,7 @@ def test_control_answers_small_results_errors_and_status(tmp_path):
     sa = SyncService(a, SECRET, control_path=path).start()
     try:
         ask = lambda m: asyncio.run(control._request(path, SECRET, m))  # noqa: E731
-        assert ask({"t": "sql", "sql": "INSERT INTO r VALUES (1, 'x')"}) == {"t": "rows", "rows": [[1]]}
+        assert ask({"t": "sql", "sql": "INSERT INTO r VALUES (1, 'x')"}) == {"t": "rows", "rows": [(1,)]}
         assert ask({"t": "sql", "sql": "SELECT * FROM r WHERE a > 5"}) == {"t": "rows", "rows": []}
         assert ask({"t": "sql", "sql": "SELECT * FROM nowhere"})["t"] == "error"
         assert ask({"t": "status"})["status"]["site"] == "a"

@@ -332,3 +332,26 @@ def test_a_second_service_does_not_take_a_live_control_socket(tmp_path):
         _shutdown([sa], (a, b))
     sb = SyncService(b, SECRET, control_path=path).start()  # a socket left by a stopped server is taken
     sb.stop()
+
+
+def test_results_through_a_serve_are_the_sites_own(tmp_path):
+    """crr sql through a running serve answered MAP values with 'undecodable message' (msgpack refused
+    their integer keys), turned tuples (ARRAY and unnamed STRUCT values) into lists, and prefixed
+    errors with their class name instead of raising that class."""
+    from crr.sync import control
+
+    a = _site(tmp_path, "a")
+    db = str(tmp_path / "a.duckdb")
+    sa = SyncService(a, SECRET, control_path=control.socket_path(db)).start()
+    try:
+        query = ("SELECT MAP {1: 'a', 2: 'b'} AS m, [1, 2]::INTEGER[2] AS arr, (1, 'x') AS tup, [3, 4] AS lst, "
+                 "{'k': (5, 6)} AS st, 7::HUGEINT AS h")
+        remote = control.request(db, SECRET, {"t": "sql", "sql": query})["rows"]
+        local = rows(sa, query)
+        assert remote == local  # rows are tuples, as Site.execute gives them
+        assert isinstance(remote[0][1], tuple) and isinstance(remote[0][3], list)
+        with pytest.raises(crr.SqlError) as e:
+            control.request(db, SECRET, {"t": "sql", "sql": "SELEC 1"})
+        assert not str(e.value).startswith("SqlError")
+    finally:
+        _shutdown([sa], (a,))
