@@ -9,9 +9,10 @@ hands each call to the module that does the work, with the state they share
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import duckdb
 
@@ -42,12 +43,26 @@ def _clock_skew(seconds: object) -> float:
     return skew
 
 
+T = TypeVar("T")
+
+
+def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a :class:`Site` method holding its state's lock: threads sharing one Site take turns (a
+    second thread waits for the first's statement, merge or read to finish)."""
+    @functools.wraps(method)
+    def run(self: "Site", *args: Any, **kwargs: Any) -> T:
+        with self._state.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Site:
     """One device's replicated database.
 
     ``Site(path=":memory:", site_id=None)`` opens or creates the DuckDB file at ``path``. The site id
     is generated once and persisted; passing a different ``site_id`` for an existing file is an error.
     ``max_clock_skew`` (seconds) bounds how far ahead of this site's clock a merged stamp may be.
+    Threads may share a Site: its statements, merges and reads take turns on its one connection.
     """
 
     def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
@@ -161,6 +176,7 @@ class Site:
         return max(seq, int(seen)), max(hlc, int(stamp) >> 64)
 
     # -- lifecycle -----------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def close(self) -> None:
         """Close the site; committed state is durable in its file."""
         state = self._state
@@ -202,6 +218,7 @@ class Site:
         """The base relations whose tuple ids appear in a relation's provenance."""
         return set(self._rels.lineage(self.relation(name).name))
 
+    @_one_thread_at_a_time
     def provenance(self, name: str) -> dict[tuple, list[list[int]]]:
         """Each AUG tuple's provenance in canonical form: ``{values: [sorted ids of each monomial]}``."""
         rel = self.relation(name)
@@ -217,6 +234,7 @@ class Site:
         return {tuple(r[:-1]): r[-1] for r in rows}
 
     # -- statements ----------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> list[tuple]:
         """Run one statement: crr DDL, DML on a replicated table, or any read-only query.
 
@@ -254,6 +272,7 @@ class Site:
                 parsed[sql] = stmt
         return stmt
 
+    @_one_thread_at_a_time
     def insert_many(self, table: str, rows: Any) -> int:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.
 
@@ -263,6 +282,7 @@ class Site:
         return site_dml.insert_many(self._state, table, rows)
 
     # -- replication ---------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
         """Everything changed after cursor ``since`` (None or 0: the full state) for some relations.
 
@@ -277,6 +297,7 @@ class Site:
             out, cl = collect_changes(self._state.con, self._state.rels, names, since)
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
 
+    @_one_thread_at_a_time
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> MergeResult:
         """Merge a changeset (or its bytes): atomic, idempotent and commutative.
 
@@ -287,6 +308,7 @@ class Site:
         """
         return site_merge.merge(self._state, changeset, track)
 
+    @_one_thread_at_a_time
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._state.check_open()
@@ -296,6 +318,7 @@ class Site:
         rows = self._state.con.execute(PEER_CURSOR_SQL, [peer, fold_identifier(relation)]).fetchall()
         return int(rows[0][0]) if rows else 0
 
+    @_one_thread_at_a_time
     def peer_cursors(self) -> list[tuple[str, str, int, Any]]:
         """All tracked cursors: (peer, relation, cursor, last update time)."""
         self._state.check_open()

@@ -17,6 +17,7 @@ other SQL, :mod:`crr.site_merge` for merges). This module holds what they have i
 from __future__ import annotations
 
 import contextlib
+import threading
 import re
 from collections.abc import Iterator
 
@@ -98,6 +99,9 @@ class SiteState:
         self.seq = 0  # the sequence number of the last transaction that changed replicated state
         self.clock = HybridClock("", 0)
         self.closed = False
+        # held by every Site method that uses the connection: one thread at a time runs statements on it
+        # (DuckDB's connection hands a statement's result to whichever thread fetches next)
+        self.lock = threading.RLock()
         # caches, each valid until crr DDL changes the catalog (forget_statements)
         self.widths: dict[str, tuple[int, int]] = {}  # monomial lengths of relations (see Maintainer)
         self.parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
