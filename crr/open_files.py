@@ -24,14 +24,19 @@ _holders: dict[str, weakref.ref] = {}
 
 
 def file_key(path: str) -> str | None:
-    """The key of a site file (its real path); a named in-memory database (``:memory:name``, which
-    DuckDB shares within the process) by its name; None for an unnamed one (``:memory:`` or an empty
-    path: each connection gets its own)."""
+    """The key of a site file: its device and inode, so a hard link to it, a symbolic link, or its new
+    name after a rename while open is the same file (a file not there yet: its real path); a named
+    in-memory database (``:memory:name``, which DuckDB shares within the process) by its name; None for
+    an unnamed one (``:memory:`` or an empty path: each connection gets its own)."""
     if not path or path == ":memory:":
         return None
     if path.startswith(":memory:"):
         return path
-    return os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return f"inode:{st.st_dev}:{st.st_ino}"
 
 
 def _live(key: str) -> _Holder | None:

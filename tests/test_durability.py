@@ -46,6 +46,10 @@ def test_a_file_is_one_open_sites_at_a_time(tmp_path):
         crr.Site(path)
     with pytest.raises(crr.SiteError, match="already open in this process"):
         crr.Site(tmp_path / "." / "one.duckdb")   # the same file by another spelling
+    os.link(path, tmp_path / "hard.duckdb")   # ... by a hard link, or by its new name after a rename
+    with pytest.raises(crr.SiteError, match="already open in this process"):
+        crr.Site(tmp_path / "hard.duckdb")   # (a second DuckDB instance: one Site's writes were lost)
+    os.unlink(tmp_path / "hard.duckdb")
     first.execute("INSERT INTO r VALUES (2)")
     assert first.cursor == 2
     crr.Site(tmp_path / "other.duckdb").close()    # other files and in-memory sites are not held
