@@ -247,6 +247,15 @@ def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
     return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
 
 
+def allowed_skew(max_clock_skew: float, clock_last: int) -> float:
+    """The skew a merge allows: ``max_clock_skew`` seconds past the later of this site's wall clock and
+    its hybrid clock (``clock_last``: :attr:`crr.clock.HybridClock.last`, whose upper 48 bits are a
+    millisecond). A site whose wall clock ran ahead, or that accepted a stamp ahead, and was then set
+    right keeps merging what it holds itself (its own changes again, a peer's copy of them)."""
+    ahead = (clock_last >> 16) / 1000 - time.time()
+    return max_clock_skew + max(0.0, ahead)
+
+
 def max_stamp(max_clock_skew: float) -> int:
     """The largest stamp a received entry may carry: the largest :mod:`crr.clock` stamp of the
     millisecond ``max_clock_skew`` seconds after this site's wall clock."""

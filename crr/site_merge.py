@@ -21,10 +21,15 @@ from crr.cte import CteWrite, cte_values
 from crr.maintain import BatchResult
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
                        MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge,
-                       received_entries, tracked_cursors_sql, tuple_columns)
+                       allowed_skew, received_entries, tracked_cursors_sql, tuple_columns)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
 from crr.site_state import SiteState, ViewFailed, views_inside
+
+
+def _skew(state: SiteState) -> float:
+    """How far ahead of this site a received stamp may be (:func:`crr.merge.allowed_skew`)."""
+    return allowed_skew(state.max_clock_skew, state.clock.last)
 
 
 def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -> MergeResult:
@@ -56,7 +61,7 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
                 state.con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
             if grown or derived:
                 state.uncolocate(state.rels)
-            batch = plan_merge(state.con, state.rels, cs, held, inputs, state.max_clock_skew)
+            batch = plan_merge(state.con, state.rels, cs, held, inputs, _skew(state))
             result = state.apply(batch) if held else BatchResult()
             if track:
                 state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since]
@@ -73,7 +78,7 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
     rows checked in Python (:func:`received_new_rows`) as parameters, more read from Arrow
     through the general path's checks (:func:`received_new_batch`). None, having written
     nothing, when it is not one, or a view needs the general path."""
-    rows = received_new_rows(held, cs, state.max_clock_skew)
+    rows = received_new_rows(held, cs, _skew(state))
     batch = received_new_batch(held, cs) if rows is None else None
     if rows is not None:
         rel = rows.relation
@@ -119,7 +124,7 @@ def _insert_received(state: SiteState, rel: Relation, rc: RelationChanges, cs: C
         cl = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")
         tuples = inputs.register("_crr_in_t0", rc.tuples, tuple_columns(rel), rc.name)
         sources = (KeyHashSource(tuples, rel.name, tuple(rel.key_aug_columns)),) if rel.key else ()
-        entries = received_entries(state.rels, cl, cs.cl, frozenset({rel.name}), sources, state.max_clock_skew, ())
+        entries = received_entries(state.rels, cl, cs.cl, frozenset({rel.name}), sources, _skew(state), ())
         assert entries is not None
         sql = received_rows_insert_sql(rel, entries, tuples, state.rels.unchecked_entries, then)
         counts = state.con.execute(sql, [state.seq + 1, state.seq + 1, *cte_values(then)]).fetchall()[0]

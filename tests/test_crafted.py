@@ -165,6 +165,32 @@ def test_clock_skew_is_configurable():
     assert strict.max_clock_skew == 7200.0
 
 
+def test_a_site_whose_clock_was_set_back_merges_what_it_holds(monkeypatch):
+    """A site whose wall clock ran two days ahead stamped a write, then was set right: it refused its
+    own changes ("more than 86400 s ahead") and a peer's copy of them, so a merge of what it held was
+    no longer idempotent (found by a probe). The bound is measured from its hybrid clock too."""
+    import time
+    real = time.time
+    ddl = "CREATE REPLICATED TABLE r (k INT PRIMARY KEY, v VARCHAR)"
+    a = crr.Site(site_id="a")
+    a.execute(ddl)
+    monkeypatch.setattr(time, "time", lambda: real() + 2 * 86_400)
+    a.execute("INSERT INTO r VALUES (1, 'x')")
+    monkeypatch.setattr(time, "time", real)
+    assert not a.merge(a.changes()).changed  # its own changes again
+    b = crr.Site(site_id="b", max_clock_skew=float("inf"))
+    b.execute(ddl)
+    b.merge(a.changes())
+    b.execute("UPDATE r SET v = 'y' WHERE k = 1")  # b's stamp: one past a's
+    b.execute("INSERT INTO r VALUES (2, 'z')")
+    a.merge(b.changes())
+    assert app(a, "r") == [(1, "y"), (2, "z")]
+    c = crr.Site(site_id="c")  # a site whose clock never ran ahead still bounds what it takes
+    c.execute(ddl)
+    with pytest.raises(crr.ChangesetError, match="86400 s ahead"):
+        c.merge(a.changes())
+
+
 def test_an_unbounded_clock_skew_takes_any_stamp_and_a_bad_one_is_refused():
     a, _ = keyed_pair()
     cs = a.changes()

@@ -32,7 +32,7 @@ from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
-from crr.merge import grown_lineage, held_relations
+from crr.merge import allowed_skew, grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
@@ -404,7 +404,7 @@ class SparkSite:
         held = [(catalog[rel.name], rc) for rel, rc in held]
 
         if held:
-            check_changeset(self._typer, catalog, cs, held, self.max_clock_skew)
+            check_changeset(self._typer, catalog, cs, held, allowed_skew(self.max_clock_skew, self._clock.last))
             if cs.cl is not None and cs.cl.num_rows and cs.cl.column("stamp").null_count < cs.cl.num_rows:
                 stamps = cs.cl.column("stamp").to_pylist()  # UHUGEINT: 16 little-endian bytes each
                 self._clock.observe(max(int.from_bytes(s, "little") for s in stamps if s is not None))
