@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterable, TypeVar
 import duckdb
 
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
-from crr.catalog import (CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION, Catalog, Relation,
-                         SiteFlag, relation_from_row)
+from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION,
+                         Catalog, Relation, SiteFlag, relation_from_row)
 from crr.changeset import Changeset, changes_request
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
-from crr.errors import CatalogError, SiteError, SqlError
+from crr.errors import CatalogError, CrrError, SiteError, SqlError
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
 from crr.prepared import Prepared
 from crr.site_state import SiteState
@@ -85,6 +85,14 @@ class Site:
         self._state = SiteState(self.path, con, skew)
         try:
             self._open(site_id)
+        except CrrError:
+            con.close()
+            raise
+        except (ValueError, KeyError, TypeError, duckdb.Error) as e:  # a _crr schema changed outside crr
+            con.close()
+            raise SiteError(f"cannot open {self.path}: its crr catalog (schema _crr) is damaged ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else e!r}); restore the file from a backup, or "
+                            "rebuild the site: a fresh site merging a peer's changes()") from None
         except BaseException:
             con.close()
             raise
@@ -153,8 +161,14 @@ class Site:
         self.site_id: str = meta["site_id"]
         state.site_id = self.site_id
         state.catalog = Catalog(flags=frozenset(flag for flag in SiteFlag if meta.get(flag.value) != "false"))
-        for row in con.execute(CATALOG_ROWS_SQL).fetchall():
-            rel = relation_from_row(row)
+        stored = [relation_from_row(row) for row in con.execute(CATALOG_ROWS_SQL).fetchall()]
+        present = {name for (name,) in con.execute(APP_TABLES_SQL).fetchall()}
+        missing = [rel.name for rel in stored if rel.has_app and rel.name not in present]
+        if missing:
+            raise SiteError(f"{self.path}: the APP table of {', '.join(missing)} is missing (dropped outside crr?); "
+                            "restore the file from a backup, or rebuild the site: a fresh site that declares the "
+                            "same relations and merges a peer's changes()")
+        for rel in stored:
             if rel.kind is RelationKind.VIEW:
                 plan, spec = site_ddl.compile_definition(state, rel.name, rel.definition or "")
                 rel = dataclasses.replace(rel, plan=plan, aggregate=spec)

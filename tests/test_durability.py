@@ -110,3 +110,29 @@ def test_sigkill_during_writes_loses_no_committed_write(tmp_path):
         assert committed in s.changes(since=cursor - 1).relation("r").tuples.column("c0").to_pylist()
         s.execute("INSERT INTO r VALUES (-1)")
         assert s.cursor > cursor and s.changes(since=cursor).relation("r").tuples.num_rows >= 1
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("DROP TABLE main.r", "the APP table of r is missing"),  # a view over r could not even be compiled
+    ("UPDATE _crr.meta SET v = 'abc' WHERE k = 'version'", "damaged"),
+    ("DELETE FROM _crr.meta WHERE k = 'seq'", "damaged"),
+    ("UPDATE _crr.relations SET columns = '[' WHERE name = 'r'", "damaged"),
+    ("UPDATE _crr.relations SET kind = 'weird' WHERE name = 'r'", "damaged"),
+    ('DROP TABLE _crr."r$t"', "damaged"),
+])
+def test_a_file_changed_outside_crr_is_refused_at_open_with_a_site_error(tmp_path, damage: str, words: str):
+    """Tables or catalog rows changed by plain DuckDB made Site() raise ValueError, KeyError,
+    JSONDecodeError or DuckDB's own errors (a dropped APP table: crr's internal DESCRIBE of a view)."""
+    import duckdb
+    path = str(tmp_path / "t.duckdb")
+    site = crr.Site(path, site_id="a")
+    site.execute("CREATE REPLICATED TABLE r (k INT)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT k FROM r WHERE k > 1")
+    site.close()
+    con = duckdb.connect(path)
+    con.execute(damage)
+    con.close()
+    with pytest.raises(crr.SiteError, match=words) as e:
+        crr.Site(path)
+    assert "rebuild the site" in str(e.value)
+    crr.Site(str(tmp_path / "other.duckdb")).close()  # nothing is left half-open
