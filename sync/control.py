@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from typing import Any
 
 from crr import errors
@@ -25,20 +26,23 @@ def socket_path(db: str) -> str:
     return os.path.realpath(db) + ".sock"
 
 
-def server_running(db: str) -> bool:
-    """Whether a ``crr serve`` for this database answers on its control socket."""
-    path = socket_path(db)
+def answers(path: str) -> bool:
+    """Whether a server accepts connections on the unix socket ``path`` (else it is absent or stale)."""
     if not os.path.exists(path):
         return False
-    import socket
-    s = socket.socket(socket.AF_UNIX)
+    probe = socket.socket(socket.AF_UNIX)
     try:
-        s.connect(path)
+        probe.connect(path)
         return True
     except OSError:
         return False
     finally:
-        s.close()
+        probe.close()
+
+
+def server_running(db: str) -> bool:
+    """Whether a ``crr serve`` for this database answers on its control socket."""
+    return answers(socket_path(db))
 
 
 async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:

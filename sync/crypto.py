@@ -147,6 +147,16 @@ def _check_private_mode(path: str) -> None:
                             "unpin)")
 
 
+def check_file_path(path: str, what: str, option: str, example: str) -> None:
+    """Refuse a ``path`` crr keeps a file at that is a folder or another non-file (IdentityError naming
+    ``what`` and the ``option`` that sets it, with ``example`` as a file name in that folder)."""
+    if os.path.isdir(path):
+        raise IdentityError(f"{what} {path} is a folder; give a file path ({option} FILE), e.g. "
+                            f"{os.path.join(path, example)}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise IdentityError(f"{what} {path} is not a regular file; give a file path ({option} FILE)")
+
+
 class Identity:
     """A site's Ed25519 key pair: proves which site is talking."""
 
@@ -164,12 +174,7 @@ class Identity:
     @classmethod
     def load_or_create(cls, path: str) -> "Identity":
         """The key pair stored at ``path``, created there (mode 0600, atomically) if absent."""
-        if os.path.isdir(path):
-            raise IdentityError(f"the site key {path} is a folder; give a file path (--key-file FILE), e.g. "
-                                f"{os.path.join(path, 'site.key')}")
-        if os.path.exists(path) and not os.path.isfile(path):
-            raise IdentityError(f"the site key {path} is not a regular file; give the path of a key file "
-                                "(--key-file FILE)")
+        check_file_path(path, "the site key", "--key-file", "site.key")
         try:
             if not os.path.exists(path):
                 key = Ed25519PrivateKey.generate()
@@ -235,12 +240,7 @@ class TrustStore:
     @staticmethod
     def _check_path(path: str) -> None:
         """Refuse at once a path where pins could never be saved (a folder, or in a missing folder)."""
-        if os.path.isdir(path):
-            raise IdentityError(f"the pinned peer keys file {path} is a folder; give a file path (--trust-file "
-                                f"FILE), e.g. {os.path.join(path, 'peers.json')}")
-        if os.path.exists(path) and not os.path.isfile(path):
-            raise IdentityError(f"the pinned peer keys file {path} is not a regular file; give a file path "
-                                "(--trust-file FILE)")
+        check_file_path(path, "the pinned peer keys file", "--trust-file", "peers.json")
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise IdentityError(f"the folder {folder} of the pinned peer keys file {path} does not exist; create "

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import stat
 import threading
 import time
@@ -37,6 +36,7 @@ from crr.changeset import Changeset
 from crr.errors import CrrError
 from crr.site import Site
 from crr.sync import crypto, handshake
+from crr.sync.control import answers
 from crr.sync.protocol import (CONTROL_MESSAGES, PEER_MESSAGES, MemoryBudget, ProtocolError, body_timeout,
                            check_message, decode, encode, frame, read_body, read_header)
 from crr.sync.rules import check_write_rules
@@ -175,18 +175,6 @@ class RateLimitedLog:
 def _plain(value: Any) -> Any:
     """msgpack fallback for query results (dates, decimals, UUIDs ...): their text."""
     return str(value)
-
-
-def _answers(path: str) -> bool:
-    """Whether a server accepts connections on the unix socket ``path`` (else it is a stale one)."""
-    probe = socket.socket(socket.AF_UNIX)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 def _is_memory(path: str) -> bool:
@@ -353,7 +341,7 @@ class SyncService:
                 if not stat.S_ISSOCK(os.lstat(self.control_path).st_mode):
                     raise CrrError(f"{self.control_path} exists and is not a socket; move it away (crr uses that "
                                    "path for its control socket)")
-                if _answers(self.control_path):
+                if answers(self.control_path):
                     raise CrrError(f"another crr serve answers on {self.control_path}; stop it first, or reach it "
                                    "with crr sql / crr status")
                 os.unlink(self.control_path)  # a stale socket of a server that did not stop cleanly

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -20,20 +19,12 @@ import crr
 from crr.cli import UsageError, main
 from crr.sync.control import socket_path
 from crr.sync.crypto import Identity, IdentityError, TrustStore
-from tests.test_cli_errors import CRR, USAGE, _start_serve, crr as run_crr, refused, secret_file, serve_args
+from tests.test_cli_errors import (CRR, USAGE, _start_serve, crr as run_crr, refused, secret_file, serve_args,
+                                   stop_serve)
 
 __all__ = ["secret_file"]  # the fixture, shared with test_cli_errors
 
 root = pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # -- crr serve: --key-file and --trust-file ---------------------------------------------------------------
@@ -153,7 +144,7 @@ def test_status_has_the_same_keys_with_and_without_a_serve(tmp_path: Path, secre
                      "SELECT count(*) FROM t")
         assert ok.returncode == 0 and ok.stdout == "0\n", ok.stderr
     finally:
-        _stop(proc)
+        stop_serve(proc)
     assert here["key"] is None  # no serve had made a key yet
     after = json.loads(run_crr("status", "--db", str(db)).stdout)
     assert after["serving"] is False and after["key"] == there["key"]  # read from <db>.key, where serve put it
