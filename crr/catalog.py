@@ -432,7 +432,8 @@ def orphans_update_sql() -> str:
     return f"UPDATE {SCHEMA}.relations SET orphans = ? WHERE name = ?"
 
 
-APP_TABLES_SQL = "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'main'"
+APP_TABLES_SQL = ("SELECT table_name FROM duckdb_tables() "
+                  "WHERE database_name = current_database() AND schema_name = 'main'")
 """The tables of the site's ``main`` schema, where each relation's APP table is (checked at open)."""
 
 CATALOG_ROWS_SQL = f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY position"

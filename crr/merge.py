@@ -49,7 +49,8 @@ def _tracked_rows_sql(count: int) -> str:
     leaves a gap of changes it does not carry, so the cursor stays where it is and the stream resumes
     from it."""
     rows = ", ".join(["(?, ?, ?::BIGINT, ?::BIGINT)"] * count)
-    return (f"SELECT v.peer, v.relation, v.cursor, now()::TIMESTAMP FROM (VALUES {rows}) v(peer, relation, cursor, since) "
+    return (f"SELECT v.peer, v.relation, v.cursor, now()::TIMESTAMP "
+            f"FROM (VALUES {rows}) v(peer, relation, cursor, since) "
             f"WHERE v.since <= coalesce((SELECT c.cursor FROM {SCHEMA}.cursors c "
             "WHERE c.peer = v.peer AND c.relation = v.relation), 0)")
 

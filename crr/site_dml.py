@@ -229,7 +229,8 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
                                     "nothing was written") from None
     at = {i: name for name, i in pick.items()}
     data = data.rename_columns([at[i] for i in range(len(given))])  # a cast that fails names the user's column
-    casts = ", ".join(f"CAST({quote_ident(c.name)} AS {a.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
+    casts = ", ".join(f"CAST({quote_ident(c.name)} AS {a.type}) AS {a.name}"
+                      for c, a in zip(rel.columns, rel.aug_columns))
     with state.transaction():
         bulk = state.slots.put("_crr_bulk", data)
         try:

@@ -185,8 +185,8 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         for arg in ("except", "except_", "replace", "rename"):
             if node.args.get(arg):
                 raise refuse(f"* {'EXCLUDE' if arg.startswith('except') else arg.upper()}", "list the columns")
-    if isinstance(node, (exp.Like, exp.ILike, exp.SimilarTo)) and (
-            isinstance(node.this, exp.Star) or (isinstance(node.this, exp.Column) and isinstance(node.this.this, exp.Star))):
+    picked = node.this if isinstance(node, (exp.Like, exp.ILike, exp.SimilarTo)) else None  # * LIKE 'k%'
+    if isinstance(picked, exp.Star) or (isinstance(picked, exp.Column) and isinstance(picked.this, exp.Star)):
         raise refuse("* LIKE / SIMILAR TO (columns picked by a pattern)", "list the columns")
     if isinstance(node, exp.Collate):
         raise refuse(f"COLLATE ({node.sql(DIALECT)[:40]})",

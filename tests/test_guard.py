@@ -250,8 +250,8 @@ def test_a_site_evaluates_in_utc_whatever_the_machines_time_zone(tmp_path: Path)
     import subprocess
     import sys
     env = dict(os.environ, TZ="Asia/Tokyo")
-    check = subprocess.run([sys.executable, "-c", "import duckdb; print(duckdb.sql(\"SELECT current_setting('TimeZone')\").fetchall())"],
-                           env=env, capture_output=True, text=True, check=True)
+    zone = "import duckdb; print(duckdb.sql(\"SELECT current_setting('TimeZone')\").fetchall())"
+    check = subprocess.run([sys.executable, "-c", zone], env=env, capture_output=True, text=True, check=True)
     assert "Asia/Tokyo" in check.stdout  # the machine's zone reaches DuckDB
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[('UTC', '2024-01-01')]"
