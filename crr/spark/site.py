@@ -74,6 +74,14 @@ class SparkSite:
         self.max_clock_skew = float(max_clock_skew)
         register_udfs(spark)
         self._store = Store(spark, self.path)
+        try:
+            self._open(site_id)
+        except BaseException:
+            self._store.close()  # a site that did not open holds no lock on its folder
+            raise
+
+    def _open(self, site_id: str | None) -> None:
+        """Read (or create) the site's metadata and catalog from its store."""
         meta = self._store.meta
         if not meta:
             meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "seq": 0, "hlc": 0, "relations": [],
@@ -119,6 +127,7 @@ class SparkSite:
         """Close the site (committed state is in its folder; the SparkSession stays the caller's)."""
         if not self._closed:
             self._typer.close()
+            self._store.close()
             self._closed = True
 
     def __enter__(self) -> "SparkSite":
@@ -145,6 +154,8 @@ class SparkSite:
 
     def relation(self, name: str) -> Relation:
         """A relation's catalog entry; CatalogError if there is none."""
+        if not isinstance(name, str):
+            raise CatalogError(f"a relation is named by a string, not {name!r}")
         rel = self._catalog.get(fold_identifier(name))
         if rel is None:
             raise CatalogError(f"no relation named {name} at this site")
@@ -181,10 +192,14 @@ class SparkSite:
             m.close()
 
     # -- statements ----------------------------------------------------------------------------------
-    def execute(self, sql: str) -> list[tuple]:
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
         """Run crr DDL (CREATE REPLICATED TABLE / REMOTE TABLE / REMOTE SOURCE / MATERIALIZED VIEW, DROP),
-        or a read-only Spark SQL query over the APP relations (returns its rows as tuples)."""
+        or a read-only Spark SQL query over the APP relations (returns its rows as tuples). ``params``
+        is there for code written for both kinds of site: a Spark site takes none (write the values)."""
         self._check_open()
+        if params is not None:
+            raise SqlError("a Spark site's execute takes no parameters; write the values into the statement "
+                           "(and insert rows with insert_many)")
         try:
             stmt = classify(sql)
         except SqlError:

@@ -19,12 +19,14 @@ deletes them.
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import hashlib
 import json
 import os
 import shutil
 import threading
-from typing import Any
+from typing import IO, Any
 
 import pyarrow.parquet as pq
 
@@ -56,6 +58,22 @@ def table_folder(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+def _hold(path: str) -> IO[bytes]:
+    """Lock the site folder ``path`` for this Store (``LOCK``, an exclusive flock held while the file is
+    open, in this process or another). Two stores on one folder each commit from their own manifest:
+    the second's commit replaced the first's, whose committed rows were then collected as garbage."""
+    held = open(os.path.join(path, "LOCK"), "ab")
+    for attempt in range(2):
+        try:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return held
+        except BlockingIOError:
+            gc.collect()  # a SparkSite dropped without close() lets go when collected
+    held.close()
+    raise SiteError(f"the Spark site at {path} is open in another SparkSite (in this process or another); use "
+                    "that one, or close() it first")
+
+
 class Store:
     """The committed state of a Spark site's folder (see the module docstring)."""
 
@@ -64,8 +82,17 @@ class Store:
         self.path = os.path.abspath(path)
         os.makedirs(os.path.join(self.path, "manifests"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "data"), exist_ok=True)
-        self.manifest = self._load()
-        self._collect_garbage()
+        self._lock = _hold(self.path)
+        try:
+            self.manifest = self._load()
+            self._collect_garbage()
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def close(self) -> None:
+        """Let another SparkSite open the folder."""
+        self._lock.close()
 
     # -- reading ------------------------------------------------------------------------------------
     def _load(self) -> dict:

@@ -65,5 +65,7 @@ def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, clock: HybridClo
              .where(F.col("old").isNull() | (F.col("old") % 2 == 0))
              .select("id", F.lit(rel.name).alias("rel"), (F.coalesce(F.col("old"), F.lit(0)) + 1).alias("cl"),
                      "kh", (F.lit(stamp) if keyed else F.lit(None)).cast("binary").alias("stamp")))
+    # cl_relations: the entries' relation, whose flips (a deleted tuple inserted again, which adds no
+    # tuple) the membership step reads; without it a re-insert grew the entry and showed no row here
     return SparkBatch(cl=grown, base={rel.name: distinct.select("id", *aug_cols(rel))}, cl_keyed=keyed,
-                      cl_rows=row["n"], rows={rel.name: row["n"]})
+                      cl_rows=row["n"], rows={rel.name: row["n"]}, cl_relations={rel.name})
