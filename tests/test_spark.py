@@ -434,7 +434,7 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
         site.insert_many("k", [(1, None)])
     with pytest.raises(TypeMismatchError, match="insert_many into k"):
         site.insert_many("k", [(1, "one"), ("two", 2.5)])
-    with pytest.raises(TypeMismatchError, match="insert_many into k: Spark could not store"):
+    with pytest.raises(TypeMismatchError, match="insert_many into k: Conversion Error: .*column id; nothing was written"):
         site.insert_many("k", pa.table({"id": ["not a number"], "v": ["x"]}))
     assert site.insert_many("k", []) == 0
     site.insert_many("k", [(1, "one")])
@@ -722,3 +722,32 @@ def test_a_spark_site_folder_is_one_sites_at_a_time(spark, tmp_path):
         again.execute("SELECT 1", [1])
     assert again.execute("SELECT 1", None) == [(1,)]
     again.close()
+
+
+def test_spark_insert_many_casts_as_a_duckdb_site_does(spark, tmp_path):
+    """Python and Arrow rows were cast by Spark: INTEGER 3.7 became 3 (4 at a DuckDB site), a DOUBLE
+    into VARCHAR '1.0E-5' ('1e-05'), a FLOAT overflow inf (refused), so the same input stored other
+    values under other tuple ids; a date past year 9999 was taken, and no site could merge a changeset
+    holding it. Now DuckDB casts them, and Spark's range is checked (found by a probe)."""
+    import datetime
+    site = SparkSite(spark, str(tmp_path / "s"), site_id="s")
+    duck = crr.Site(site_id="d")
+    ddl = "CREATE REPLICATED TABLE c (i INTEGER, v VARCHAR, d DECIMAL(5, 2), x DOUBLE)"
+    for s in (site, duck):
+        s.execute(ddl)
+    rows = [(3.7, 1e-05, 1.005, 2), (-1.5, 123456789.0, 2.5, None)]
+    site.insert_many("c", rows)
+    duck.insert_many("c", rows)
+    key = lambda r: r[0]  # noqa: E731
+    spark_rows = sorted((tuple(r) for r in site.table("c").collect()), key=key)
+    assert spark_rows == sorted(duck.execute("SELECT * FROM c"), key=key)
+    ids = lambda cs: sorted(cs.relations[0].tuples.column("id").to_pylist())  # noqa: E731
+    assert ids(site.changes()) == ids(duck.changes())
+    site.execute("CREATE REPLICATED TABLE f (k INTEGER, y FLOAT, day DATE)")
+    with pytest.raises(TypeMismatchError, match="insert_many into f"):
+        site.insert_many("f", [(1, 1e39, None)])
+    with pytest.raises(TypeMismatchError, match="outside the years 1 to 9999"):
+        site.insert_many("f", pa.table({"k": [1], "y": [0.5], "day": pa.array([2932897], pa.date32())}))
+    site.insert_many("f", [(2, 0.5, datetime.date(2024, 1, 2))])
+    assert [tuple(r) for r in site.table("f").collect()] == [(2, 0.5, datetime.date(2024, 1, 2))]
+    site.close()

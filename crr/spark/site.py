@@ -28,13 +28,14 @@ from sqlglot import exp
 from crr.aggregate import is_aggregate
 from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
-from crr.changeset import Changeset, changes_request, received
+from crr.arrow_result import arrow_rows
+from crr.changeset import Changeset, changes_request, check_duckdb_values, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
 from crr.merge import allowed_skew, grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
-from crr.spark.exchange import batch_of, check_changeset, collect_changes
+from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
@@ -96,7 +97,8 @@ class SparkSite:
         self.site_id: str = meta["site_id"]
         self._seq: int = int(meta["seq"])
         self._clock = HybridClock(self.site_id, int(meta["hlc"]))
-        self._typer = duckdb.connect()  # types DDL and view queries; holds no data
+        self._typer = duckdb.connect()  # types DDL, view queries and inserted rows; holds no data
+        self._typer.execute("SET TimeZone = 'UTC'")
         catalog = Catalog()
         for row in meta["relations"]:
             rel = relation_from_row(tuple(row))
@@ -382,26 +384,43 @@ class SparkSite:
         """The rows as a DataFrame of the relation's AUG columns, and how many there are (None for a
         DataFrame given, whose rows are not counted before they are written)."""
         names = rel.column_names
-        count: int | None = None
         if isinstance(rows, DataFrame):
             given = [fold_identifier(c) for c in rows.columns]
-            frame = rows
-        else:
-            if isinstance(rows, pa.Table):
-                data = rows
-            else:
-                data = rows_arrow(rel.name, row_list(rel.name, rows), names)
-            given = [fold_identifier(c) for c in data.column_names]
-            count = data.num_rows
-            data = data.rename_columns([f"g{i}" for i in range(len(given))])
-            frame = self.spark.createDataFrame(data) if data.num_rows else None
-        pick = column_positions(rel.name, given, names)
-        if frame is None:
+            pick = column_positions(rel.name, given, names)
+            src = rows.columns
+            return rows.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
+                                     for c, a in zip(rel.columns, rel.aug_columns)]), None
+        data = rows if isinstance(rows, pa.Table) else rows_arrow(rel.name, row_list(rel.name, rows), names)
+        pick = column_positions(rel.name, [fold_identifier(c) for c in data.column_names], names)
+        if not data.num_rows:
             return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
                                                             for a in rel.aug_columns)), 0
-        src = frame.columns
-        return frame.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
-                                  for c, a in zip(rel.columns, rel.aug_columns)]), count
+        try:
+            return values_frame(self.spark, rel, self._typed(rel, data, pick), None, f"insert_many into {rel.name}"), \
+                data.num_rows
+        except ChangesetError as e:  # a date or timestamp outside the years 1 to 9999, which Spark cannot hold
+            raise TypeMismatchError(str(e).replace("nothing was changed", "nothing was written")) from None
+
+    def _typed(self, rel: Relation, data: pa.Table, pick: dict[str, int]) -> pa.Table:
+        """Python or Arrow rows cast to the relation's declared types by DuckDB, as a DuckDB site casts
+        them (INTEGER 3.7 is 4, a DOUBLE into VARCHAR '1e-05'), so both store the same values and ids:
+        Spark's casts differ. A value its column cannot hold is a TypeMismatchError."""
+        where = f"insert_many into {rel.name}"
+        for name, col in zip(data.column_names, data.columns):
+            try:
+                check_duckdb_values(col, f"column {name}")
+            except ChangesetError as e:
+                raise TypeMismatchError(f"{where}: {str(e).split(': ', 1)[1]}; nothing was written") from None
+        at = {i: name for name, i in pick.items()}
+        self._typer.register("_crr_insert", data.rename_columns([at[i] for i in range(data.num_columns)]))
+        try:
+            return arrow_rows(self._typer, "SELECT " + ", ".join(
+                f"CAST({quote_ident(c.name)} AS {c.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
+                + " FROM _crr_insert")
+        except duckdb.Error as e:
+            raise TypeMismatchError(f"{where}: {str(e).splitlines()[0]}; nothing was written") from None
+        finally:
+            self._typer.unregister("_crr_insert")
 
     # -- replication ----------------------------------------------------------------------------------
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> SparkResult:
