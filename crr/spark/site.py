@@ -390,7 +390,12 @@ class SparkSite:
             src = rows.columns
             return rows.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
                                      for c, a in zip(rel.columns, rel.aug_columns)]), None
-        data = rows if isinstance(rows, pa.Table) else rows_arrow(rel.name, row_list(rel.name, rows), names)
+        if isinstance(rows, pa.Table):
+            data = rows
+        elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame, as a DuckDB site takes
+            data = pa.Table.from_pandas(rows, preserve_index=False)
+        else:
+            data = rows_arrow(rel.name, row_list(rel.name, rows), names)
         pick = column_positions(rel.name, [fold_identifier(c) for c in data.column_names], names)
         if not data.num_rows:
             return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
