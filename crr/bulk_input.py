@@ -12,7 +12,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from crr.errors import CatalogError, SqlError, TypeMismatchError
+from crr.catalog import Relation
+from crr.changeset import check_duckdb_values
+from crr.errors import CatalogError, ChangesetError, SqlError, TypeMismatchError
+from crr.types import quote_ident
 
 
 def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -> pa.Table:
@@ -73,3 +76,25 @@ def column_positions(table: str, given: list[str], names: list[str]) -> dict[str
     raise SqlError(f"insert_many into {table}: got columns {given}, expected {names}"
                    + (f" ({'; '.join(detail)})" if detail else "")
                    + "; name the input's columns as the table's, or in its order")
+
+
+def named_input(rel: Relation, data: pa.Table, pick: dict[str, int]) -> pa.Table:
+    """``data`` checked for values DuckDB cannot hold (a timestamp below its range), with each column
+    named as the table's column it fills (``pick``: :func:`column_positions`), so a cast that fails
+    names the user's column; TypeMismatchError, naming the table, for a value DuckDB cannot hold."""
+    for name, col in zip(data.column_names, data.columns):
+        try:
+            check_duckdb_values(col, f"column {name}")
+        except ChangesetError as e:
+            raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).split(': ', 1)[1]}; "
+                                    "nothing was written") from None
+    at = {i: name for name, i in pick.items()}
+    return data.rename_columns([at[i] for i in range(data.num_columns)])
+
+
+def typed_input_sql(rel: Relation, source: str) -> str:
+    """The rows of :func:`named_input` read from ``source`` and cast by DuckDB to the relation's declared
+    types, as its AUG columns ``c0, c1, ...``."""
+    casts = ", ".join(f"CAST({quote_ident(c.name)} AS {a.type}) AS {a.name}"
+                      for c, a in zip(rel.columns, rel.aug_columns))
+    return f"SELECT {casts} FROM {source}"

@@ -27,12 +27,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
-from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
+from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
 from crr.catalog import SCHEMA, Relation, kind_text
 from crr.causal import LocalEntries
-from crr.changeset import check_duckdb_values
 from crr.cte import CteWrite
-from crr.errors import (CatalogError, ChangesetError, ReadOnlyRelationError, SqlError, TypeMismatchError,
+from crr.errors import (CatalogError, ReadOnlyRelationError, SqlError, TypeMismatchError,
                         UnsupportedSqlError)
 from crr.id_sets import ids_arrow
 from crr.maintain import Batch, Maintainer
@@ -41,7 +40,6 @@ from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, P
 from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
 from crr.sql import dml
 from crr.sql.statements import Dml, DmlKind, Other, RelationKind, fold_identifier
-from crr.types import quote_ident
 from crr.writes import prepare_update, prepare_write
 
 POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
@@ -220,21 +218,12 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
         if not data.num_rows:
             return 0
     given = [fold_identifier(c) for c in data.column_names]
-    pick = column_positions(rel.name, given, names)
-    for name, col in zip(data.column_names, data.columns):
-        try:  # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
-            check_duckdb_values(col, f"column {name}")
-        except ChangesetError as e:
-            raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).split(': ', 1)[1]}; "
-                                    "nothing was written") from None
-    at = {i: name for name, i in pick.items()}
-    data = data.rename_columns([at[i] for i in range(len(given))])  # a cast that fails names the user's column
-    casts = ", ".join(f"CAST({quote_ident(c.name)} AS {a.type}) AS {a.name}"
-                      for c, a in zip(rel.columns, rel.aug_columns))
+    # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
+    data = named_input(rel, data, column_positions(rel.name, given, names))
     with state.transaction():
         bulk = state.slots.put("_crr_bulk", data)
         try:
-            batch, _ = _prepare(state, rel, None, f"(SELECT {casts} FROM {bulk})")
+            batch, _ = _prepare(state, rel, None, f"({typed_input_sql(rel, bulk)})")
         except TypeMismatchError as e:
             raise TypeMismatchError(f"insert_many into {rel.name}: {e}; nothing was written") from None
         finally:

@@ -26,10 +26,10 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.bulk_input import column_positions, row_list, rows_arrow, table_name
+from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
 from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
 from crr.arrow_result import arrow_rows
-from crr.changeset import Changeset, changes_request, check_duckdb_values, received
+from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
@@ -410,20 +410,12 @@ class SparkSite:
         """Python or Arrow rows cast to the relation's declared types by DuckDB, as a DuckDB site casts
         them (INTEGER 3.7 is 4, a DOUBLE into VARCHAR '1e-05'), so both store the same values and ids:
         Spark's casts differ. A value its column cannot hold is a TypeMismatchError."""
-        where = f"insert_many into {rel.name}"
-        for name, col in zip(data.column_names, data.columns):
-            try:
-                check_duckdb_values(col, f"column {name}")
-            except ChangesetError as e:
-                raise TypeMismatchError(f"{where}: {str(e).split(': ', 1)[1]}; nothing was written") from None
-        at = {i: name for name, i in pick.items()}
-        self._typer.register("_crr_insert", data.rename_columns([at[i] for i in range(data.num_columns)]))
+        self._typer.register("_crr_insert", named_input(rel, data, pick))
         try:
-            return arrow_rows(self._typer, "SELECT " + ", ".join(
-                f"CAST({quote_ident(c.name)} AS {c.type}) AS {a.name}" for c, a in zip(rel.columns, rel.aug_columns))
-                + " FROM _crr_insert")
+            return arrow_rows(self._typer, typed_input_sql(rel, "_crr_insert"))
         except duckdb.Error as e:
-            raise TypeMismatchError(f"{where}: {str(e).splitlines()[0]}; nothing was written") from None
+            raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).splitlines()[0]}; "
+                                    "nothing was written") from None
         finally:
             self._typer.unregister("_crr_insert")
 
