@@ -38,7 +38,7 @@ from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
 from crr import replica
 from crr.maintain import Batch, BatchResult, temp_table
-from crr.sql.statements import RelationKind
+from crr.sql.statements import RelationKind, fold_identifier
 
 _CURSOR_CONFLICT = ("ON CONFLICT (peer, relation) DO UPDATE "
                     "SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated")
@@ -129,9 +129,11 @@ def held_relations(catalog: Catalog, cs: Changeset) -> tuple[list[tuple[Relation
 
 
 def check_schema(rel: Relation, rc: RelationChanges) -> None:
-    """Refuse (SchemaMismatchError) a relation's changes whose schema differs from the local declaration."""
-    local = [(c.name, c.type) for c in rel.columns]
-    if [tuple(c) for c in rc.columns] != local:
+    """Refuse (SchemaMismatchError) a relation's changes whose schema differs from the local declaration.
+    Names compare as DuckDB compares them (a view's column keeps DuckDB's name for its expression,
+    ``CAST(t.f AS INTEGER)``, which a remote table declared elsewhere stores folded)."""
+    local = [(fold_identifier(c.name), c.type) for c in rel.columns]
+    if [(fold_identifier(n), t) for n, t in rc.columns] != local:
         raise SchemaMismatchError(
             f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
             f"declares {rel.schema_text()}; declare the relation with the same columns and types")

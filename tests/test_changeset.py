@@ -231,6 +231,26 @@ def test_views_replicate_to_other_sites():
     assert e.lineage("w") == {"t"}
 
 
+def test_a_views_unnamed_columns_merge_into_a_remote_copy_declared_with_their_names():
+    """A view column without AS keeps DuckDB's name for its expression (CAST(t.k AS BIGINT)); a remote
+    copy declared with that quoted name stores it folded, and names compare as DuckDB compares them,
+    so the copy merges the view's rows (it was refused as a schema mismatch)."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INTEGER)")
+    a.execute("CREATE MATERIALIZED VIEW w AS SELECT CAST(k AS BIGINT), k FROM t")
+    a.execute("INSERT INTO t VALUES (1), (2)")
+    names = [c.name for c in a.relation("w").columns]
+    assert names[0] != names[0].lower()
+    e = crr.Site(site_id="e")
+    e.execute("CREATE REMOTE TABLE w (" + ", ".join(f'"{n}" {c.type}' for n, c in zip(names, a.relation("w").columns)) + ")")
+    e.merge(a.changes(relations=["w"]))
+    assert app(e, "w") == [(1, 1), (2, 2)]
+    f = crr.Site(site_id="f")
+    f.execute('CREATE REMOTE TABLE w ("CAST(t.k AS INTEGER)" BIGINT, k INTEGER)')
+    with pytest.raises(crr.SchemaMismatchError):  # another name is still another schema
+        f.merge(a.changes(relations=["w"]))
+
+
 def test_tuple_with_several_new_derivations_appears_once():
     """A view tuple gaining several derivations in one merge, with no visibility flip in that merge
     (the causal lengths arrived earlier through another relation's stream), shows up once."""

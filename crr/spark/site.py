@@ -36,6 +36,7 @@ from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationE
 from crr.merge import allowed_skew, grown_lineage, held_relations
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
+from crr.spark.expressions import spark_view_query
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
@@ -104,8 +105,8 @@ class SparkSite:
             rel = relation_from_row(tuple(row))
             self._type_table(rel)
             if rel.kind is RelationKind.VIEW:
-                rel = dataclasses.replace(rel, plan=self._compile(rel.name, sqlglot.parse_one(rel.definition or "",
-                                                                                             read="duckdb"), catalog))
+                tree = sqlglot.parse_one(rel.definition or "", read="duckdb")
+                rel = dataclasses.replace(rel, plan=self._compile(rel.name, tree, catalog, refuse=False))
             catalog = catalog.with_(rel)
         self._catalog = catalog
         self._closed = False
@@ -293,7 +294,10 @@ class SparkSite:
         self._type_table(rel)
         return []
 
-    def _compile(self, name: str, tree: exp.Expression, catalog: Catalog):
+    def _compile(self, name: str, tree: exp.Expression, catalog: Catalog, refuse: bool = True):
+        """The view's plan, from its query as a Spark site computes it (:mod:`crr.spark.expressions`):
+        expressions Spark computes otherwise are rewritten, or refused unless ``refuse`` is false (a
+        view stored before the checks, compiled again as its site opens)."""
         def columns(r: str):
             rel = catalog.get(r)
             return [(c.name, c.type) for c in rel.columns] if rel else None
@@ -303,7 +307,9 @@ class SparkSite:
                 return [(r[0], r[1]) for r in self._typer.execute(f"DESCRIBE {sql}").fetchall()]
             except duckdb.Error as e:
                 raise SqlError(f"invalid view query: {str(e).splitlines()[0]}") from None
-        return compile_view(name, tree, columns, describe)
+        plan = compile_view(name, tree, columns, describe)  # the query's own errors first
+        spark_tree = spark_view_query(name, tree, describe, refuse, names=[n for n, _ in plan.columns])
+        return plan if spark_tree is tree else compile_view(name, spark_tree, columns, describe)
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
         if self._name_taken(stmt.name, stmt.if_not_exists):

@@ -1,0 +1,358 @@
+"""View expressions on a Spark site: DuckDB's values, or a refusal when the view is declared.
+
+A Spark site runs the compiler's plans, which are DuckDB SQL, transpiled to Spark SQL by sqlglot.
+Most expressions mean the same in both engines. Some do not, and a view holding one would compute
+other rows on Spark than at every DuckDB site, with other tuple ids, so that the copies of the view
+diverge. Measured on DuckDB 2.0 and Spark 4 (ANSI mode, its default):
+
+* ``a / b`` by zero is ``inf``, ``-inf`` or ``NaN`` in DuckDB and an error on Spark, and Spark
+  divides DECIMALs in DECIMAL arithmetic where DuckDB divides in DOUBLE;
+* ``CAST(x AS INTEGER)`` rounds a DOUBLE half to even and a DECIMAL half away from zero in DuckDB;
+  Spark truncates both;
+* ``round`` of a DOUBLE keeps the sign of a zero in DuckDB (``round(-0.125)`` is ``-0.0``), not on Spark;
+* ``dayofweek`` counts from 0 in DuckDB and from 1 on Spark;
+* upper and lower case follow other Unicode rules (``upper('ß')``), floats print otherwise
+  (``1e+20`` against ``1.0E20``), transcendental functions differ in the last bit, ``ln`` of a
+  negative is NaN against NULL, ``date_diff`` counts unit boundaries against whole units,
+  ``regexp_replace`` replaces the first match against every match, ``hash`` is another function.
+
+:func:`spark_view_query` rewrites the first four into forms both engines compute as DuckDB does
+(DuckDB computes the rewritten query exactly as the original, so the view's rows and tuple ids do
+not change), and refuses every other construct that is not known to compute the same values: the
+allowed ones are listed here, each checked against DuckDB by ``tests/test_spark_expressions.py``.
+A refused view can still be declared at a DuckDB site, whose rows the Spark site can hold as a
+remote table.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from sqlglot import exp
+
+from crr.errors import CrrError, UnsupportedSqlError
+from crr.types import TypeFamily, type_family
+
+Describe = Callable[[str], list[tuple[str, str]]]
+
+# The structure of a query, literals and operators that compute the same in both engines.
+_SAME: tuple[type[exp.Expression], ...] = (
+    exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Identifier, exp.Column, exp.Alias,
+    exp.Star, exp.Where, exp.Distinct, exp.Union, exp.Subquery, exp.Paren, exp.Literal, exp.Boolean,
+    exp.Null, exp.DataType, exp.DataTypeParam, exp.Tuple, exp.Interval, exp.Var,
+    exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Between,
+    exp.In, exp.Like, exp.ILike, exp.Escape, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
+    exp.Mul, exp.Neg, exp.Abs, exp.Mod, exp.Sign, exp.Sqrt, exp.Pi,
+    exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor,
+    exp.Length, exp.Trim, exp.Replace, exp.Reverse, exp.Pad, exp.StrPosition, exp.StartsWith,
+    exp.EndsWith, exp.Contains, exp.SplitPart, exp.Repeat, exp.Translate, exp.Ascii, exp.Chr,
+    exp.MD5, exp.SHA, exp.SHA2, exp.Hex, exp.RegexpLike, exp.RegexpExtract,
+    exp.Year, exp.Month, exp.Day, exp.DayOfMonth, exp.DayOfYear, exp.WeekOfYear, exp.Quarter,
+    exp.Hour, exp.Minute, exp.Second, exp.LastDay, exp.TimestampTrunc, exp.DateTrunc,
+    exp.DateFromParts,
+)
+_NUMERIC = {TypeFamily.INTEGER, TypeFamily.DECIMAL, TypeFamily.FLOAT}
+_EXACT = {TypeFamily.INTEGER, TypeFamily.DECIMAL}
+_EXTRACT_PARTS = {"year", "month", "day", "hour", "minute", "quarter"}
+_STRFTIME_CODES = set("YmdHMS%")
+# CAST(operand AS target): the pairs of type families both engines convert alike (others refused)
+_CASTS: dict[TypeFamily, set[TypeFamily]] = {
+    TypeFamily.STRING: {TypeFamily.STRING},
+    TypeFamily.FLOAT: {TypeFamily.FLOAT},
+    TypeFamily.DECIMAL: {TypeFamily.FLOAT, TypeFamily.DECIMAL},
+    TypeFamily.INTEGER: {TypeFamily.FLOAT, TypeFamily.DECIMAL, TypeFamily.BOOLEAN},
+    TypeFamily.BOOLEAN: {TypeFamily.INTEGER, TypeFamily.BOOLEAN},
+    TypeFamily.DATE: {TypeFamily.TIMESTAMP, TypeFamily.DATE},
+    TypeFamily.TIMESTAMP: {TypeFamily.DATE, TypeFamily.TIMESTAMP},
+}  # read: operand -> targets (VARCHAR of a non-float and INTEGER of a number are handled below)
+
+
+class _Refused(CrrError):
+    """An expression a Spark site cannot compute as DuckDB does (turned into UnsupportedSqlError)."""
+
+
+def spark_view_query(view: str, query: exp.Expression, describe: Describe, refuse: bool = True,
+                     names: list[str] | None = None) -> exp.Expression:
+    """Return ``query`` as a Spark site compiles it: a copy whose divisions, casts to integers and
+    days of the week are written so that Spark computes DuckDB's values; raise UnsupportedSqlError
+    naming the first expression a Spark site would compute otherwise. ``describe(sql)`` gives the
+    output columns DuckDB derives for a query over the site's relations. ``refuse=False`` (a view
+    stored before these checks, compiled again when its site opens) rewrites and refuses nothing else.
+    ``names``, the view's column names, alias the first branch's projections, so that a rewritten
+    expression keeps the name DuckDB gave the original. ``query`` itself comes back when nothing
+    needs rewriting."""
+    tree = query.copy()
+    if names is not None:
+        _name_projections(tree, names)
+    types = _Types(describe)
+    rewrites: list[tuple[exp.Expression, exp.Expression]] = []
+    for node in tree.walk():
+        try:
+            new = _check(node, types)
+        except _Refused as e:
+            if not refuse:
+                continue
+            raise UnsupportedSqlError(
+                f"view {view}: a Spark site cannot compute {node.sql('duckdb')!r} as DuckDB does: {e}; "
+                "declare the view at a DuckDB site (a Spark site can hold its rows as a remote table), "
+                "or write the expression without it") from None
+        if new is not None:
+            rewrites.append((node, new))
+    if not rewrites:
+        return query
+    for node, new in reversed(rewrites):  # innermost first: an outer rewrite copies rewritten children
+        node.replace(new(node) if callable(new) else new)
+    return tree
+
+
+def _name_projections(tree: exp.Expression, names: list[str]) -> None:
+    first = tree
+    while isinstance(first, (exp.Union, exp.Subquery)):
+        first = first.this
+    projections = first.expressions if isinstance(first, exp.Select) else []
+    if len(projections) != len(names) or any(isinstance(p, exp.Star) or isinstance(p, exp.Column) and p.is_star
+                                             for p in projections):
+        return
+    for proj, name in zip(projections, names):
+        if not isinstance(proj, exp.Alias):
+            proj.replace(exp.alias_(proj.copy(), name, quoted=True))
+
+
+class _Types:
+    """DuckDB's type family of an expression inside a view query, found by describing it."""
+
+    def __init__(self, describe: Describe) -> None:
+        self._describe = describe
+
+    def of(self, node: exp.Expression) -> TypeFamily | None:
+        """The family of DuckDB's type of ``node``, or None when it has none crr stores."""
+        probe = exp.select(node.copy().as_("_crr_x"))
+        select = node.find_ancestor(exp.Select)
+        if select is None or isinstance(node, exp.Literal):
+            return self._family(probe)
+        source = select.args.get("from_") or select.args.get("from")
+        if source is not None:
+            probe.set("from_" if "from_" in exp.Select.arg_types else "from", source.copy())
+        probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
+        return self._family(probe)
+
+    def target(self, to: exp.DataType) -> TypeFamily | None:
+        """The family of a CAST's target type, by DuckDB's name of it."""
+        return self._family(exp.select(exp.Cast(this=exp.Null(), to=to.copy())))
+
+    def _family(self, probe: exp.Select) -> TypeFamily | None:
+        try:
+            columns = self._describe(probe.sql("duckdb"))
+            return type_family(columns[0][1])
+        except CrrError:
+            return None
+
+
+def _check(node: exp.Expression, types: _Types):
+    """None when ``node`` computes the same on Spark; a rewrite (a node, or a function of the node
+    with its children rewritten) when it is written otherwise; raise _Refused when it cannot be."""
+    if isinstance(node, exp.Div):
+        return _ieee_division
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        return _cast(node, types)
+    if isinstance(node, exp.DayOfWeek):
+        return lambda n: _day_of_week(n.this, iso=False)
+    if isinstance(node, exp.DayOfWeekIso):
+        return lambda n: _day_of_week(n.this, iso=True)
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("weekday", "dow"):
+        return lambda n: _day_of_week(n.expressions[0], iso=False)
+    if isinstance(node, (exp.Add, exp.Sub)):
+        return _date_arithmetic(node, types)
+    if isinstance(node, exp.DPipe) or isinstance(node, (exp.Concat, exp.ConcatWs)):
+        for arg in node.iter_expressions():
+            if types.of(arg) not in (TypeFamily.STRING, None) or isinstance(arg, exp.Literal) and not arg.is_string:
+                raise _Refused("its arguments are not all VARCHAR (CAST them to VARCHAR first)")
+        return None
+    if isinstance(node, (exp.Floor, exp.Ceil, exp.Trunc)) or isinstance(node, exp.Round) and node.args.get("decimals"):
+        if types.of(node.this) not in _EXACT:
+            raise _Refused("Spark rounds a DOUBLE otherwise (apply it to an INTEGER or DECIMAL)")
+        return None
+    if isinstance(node, exp.IntDiv):
+        if {types.of(node.this), types.of(node.expression)} != {TypeFamily.INTEGER}:
+            raise _Refused("DuckDB's // of a DOUBLE or DECIMAL divides exactly; Spark's DIV takes integers only")
+        return None
+    if isinstance(node, exp.Round):
+        return _signed_round if types.of(node.this) == TypeFamily.FLOAT else None
+    if isinstance(node, (exp.Substring, exp.Left, exp.Right)):
+        for name in ("start", "expression", "length"):
+            arg = node.args.get(name)
+            if arg is not None and not _literal_int(arg, nonzero=(name == "start"), nonnegative=(name != "start")):
+                raise _Refused("its positions and lengths must be integer literals (a start other than 0, "
+                               "lengths of 0 or more): Spark counts the others differently")
+        return None
+    if isinstance(node, exp.RegexpReplace):
+        mods = node.args.get("modifiers")
+        if not (isinstance(mods, exp.Literal) and mods.this == "g"):
+            raise _Refused("DuckDB replaces the first match, Spark every match (pass 'g' to replace every match)")
+        return None
+    if isinstance(node, exp.DateDiff):
+        unit = node.args.get("unit")
+        if unit is None or unit.name.lower() not in ("day", "days") or \
+                {types.of(node.this), types.of(node.expression)} != {TypeFamily.DATE}:
+            raise _Refused("Spark counts whole units where DuckDB counts unit boundaries (only days between DATEs agree)")
+        return None
+    if isinstance(node, exp.Extract) or isinstance(node, exp.Anonymous) and str(node.this).lower() == "date_part":
+        part = node.this if isinstance(node, exp.Extract) else (node.expressions[0] if node.expressions else None)
+        if part is None or part.name.lower() not in _EXTRACT_PARTS:
+            raise _Refused(f"only the parts {', '.join(sorted(_EXTRACT_PARTS))} agree on Spark")
+        return None
+    if isinstance(node, exp.TimeToStr):
+        fmt = node.args.get("format")
+        codes = set(str(fmt.this)[i + 1] for i, ch in enumerate(str(fmt.this)[:-1]) if ch == "%") \
+            if isinstance(fmt, exp.Literal) else None
+        if codes is None or not codes <= _STRFTIME_CODES:
+            raise _Refused("only the format codes %Y %m %d %H %M %S agree on Spark")
+        return None
+    if isinstance(node, exp.UnixToTime):
+        if types.of(node.this) != TypeFamily.INTEGER:
+            raise _Refused("only to_timestamp of an integer number of seconds agrees on Spark")
+        return None
+    if isinstance(node, exp.TimeToUnix):
+        if types.of(node.this) != TypeFamily.DATE:
+            raise _Refused("Spark drops the fraction of a second (epoch of a DATE agrees)")
+        return None
+    if isinstance(node, _SAME):
+        return None
+    if isinstance(node, exp.Func):
+        name = node.sql_name() if not isinstance(node, exp.Anonymous) else str(node.this)
+        raise _Refused(f"{name.lower()} is not among the functions known to give DuckDB's values on Spark")
+    raise _Refused(f"{node.key.upper()} is not among the constructs known to give DuckDB's values on Spark")
+
+
+_TIMES = {TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ}
+
+
+def _date_arithmetic(node: exp.Add | exp.Sub, types: _Types) -> None:
+    """Refuse + and - on dates and timestamps other than DATE +/- INTEGER days and TIMESTAMP +/- an
+    INTERVAL: DuckDB's DATE - DATE is a number of days, Spark's an interval; DATE + INTERVAL is a
+    TIMESTAMP in DuckDB and a DATE on Spark."""
+    left, right = types.of(node.this), types.of(node.expression)
+    if not {left, right} & _TIMES:
+        return None
+    if {left, right} == {TypeFamily.DATE, TypeFamily.INTEGER} and (isinstance(node, exp.Add) or left == TypeFamily.DATE):
+        return None
+    if left == TypeFamily.TIMESTAMP and isinstance(node.expression, exp.Interval):
+        return None
+    raise _Refused("date arithmetic gives other types or values on Spark (DATE +/- INTEGER days and "
+                   "TIMESTAMP +/- INTERVAL agree)")
+
+
+def _literal_int(node: exp.Expression, nonzero: bool, nonnegative: bool) -> bool:
+    value = node.this if isinstance(node, exp.Literal) and not node.is_string else None
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        value = "-" + node.this.this
+    try:
+        n = int(value) if value is not None else None
+    except ValueError:
+        return False
+    return n is not None and not (nonzero and n == 0) and not (nonnegative and n < 0)
+
+
+# text both engines read as the same value of a type, in a CAST of a string literal
+_LITERAL_TEXT = {
+    TypeFamily.DATE: re.compile(r"\d{4}-\d{2}-\d{2}"),
+    TypeFamily.TIMESTAMP: re.compile(r"\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?"),
+    TypeFamily.INTEGER: re.compile(r"-?\d+"),
+    TypeFamily.DECIMAL: re.compile(r"-?\d+(\.\d+)?"),
+    TypeFamily.FLOAT: re.compile(r"-?\d+(\.\d+)?"),
+    TypeFamily.BOOLEAN: re.compile(r"true|false", re.IGNORECASE),
+    TypeFamily.STRING: re.compile(r".*", re.DOTALL),
+}
+
+
+def _cast(node: exp.Cast, types: _Types):
+    to = types.target(node.args["to"])
+    if to is None:
+        raise _Refused(f"a cast to {node.args['to'].sql('duckdb')} is not known to agree")
+    if isinstance(node.this, exp.Literal) and node.this.is_string:
+        if to in _LITERAL_TEXT and _LITERAL_TEXT[to].fullmatch(node.this.this):
+            return None
+        raise _Refused(f"Spark may read the text {node.this.this!r} otherwise (write it in ISO form)")
+    src = types.of(node.this)
+    if src is None:
+        raise _Refused("the type of its operand is not known")
+    if to == TypeFamily.INTEGER and src in _NUMERIC | {TypeFamily.BOOLEAN}:
+        if src == TypeFamily.FLOAT:
+            return lambda n: _cast_rounded(n, half_even=True)
+        if src == TypeFamily.DECIMAL:
+            return lambda n: _cast_rounded(n, half_even=False)
+        return None
+    if to == TypeFamily.STRING and src not in (TypeFamily.FLOAT, TypeFamily.BLOB, TypeFamily.TIMESTAMPTZ,
+                                                TypeFamily.TIME, TypeFamily.UUID):
+        return None
+    if src == TypeFamily.STRING and to != TypeFamily.STRING:
+        raise _Refused("Spark parses text into other values and refuses text DuckDB reads (store typed values)")
+    if to in _CASTS.get(src, set()):
+        return None
+    raise _Refused(f"{src.value} to {to.value} converts otherwise on Spark")
+
+
+def _cast_rounded(node: exp.Cast, half_even: bool) -> exp.Expression:
+    """CAST(x AS <integer>) as both engines compute DuckDB's: round x first (half away from zero:
+    ROUND in both; half to even for a DOUBLE: ROUND of x / 2, doubled, on the halves)."""
+    x = node.this
+    if half_even:
+        half = exp.EQ(this=exp.Abs(this=exp.Mod(this=x.copy(), expression=exp.Literal.number(1))),
+                      expression=exp.Literal.number(0.5))
+        even = exp.Mul(this=exp.Literal.number(2),
+                       expression=exp.Round(this=exp.Div(this=x.copy(), expression=exp.Literal.number(2))))
+        rounded = exp.Case(ifs=[exp.If(this=half, true=even)], default=exp.Round(this=x.copy()))
+    else:
+        rounded = exp.Round(this=x.copy())
+    return type(node)(this=rounded, to=node.args["to"].copy())  # CAST or TRY_CAST
+
+
+def _signed_round(node: exp.Round) -> exp.Expression:
+    """round(x) of a DOUBLE with the sign DuckDB keeps on a zero (round(-0.125) is -0.0; Spark rounds
+    through a decimal, which has no negative zero): x * 0 is a zero of x's sign."""
+    rounded = exp.Round(this=node.this.copy())
+    zero = exp.EQ(this=rounded.copy(), expression=exp.Literal.number(0))
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=zero, true=exp.Mul(this=exp.Paren(this=node.this.copy()),
+                                                                       expression=exp.Literal.number(0)))],
+                                   default=rounded))
+
+
+def _double(x: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=exp.Paren(this=x.copy()), to=exp.DataType.build("DOUBLE"))
+
+
+def _ieee_division(node: exp.Div) -> exp.Expression:
+    """a / b in DOUBLE arithmetic, as DuckDB divides: by zero it is inf, -inf (by the sign of a and of
+    the zero) or NaN, never an error (Spark raises DIVIDE_BY_ZERO, and never divides by zero)."""
+    a, b = _double(node.this), _double(node.expression)
+    special = exp.Case(ifs=[
+        exp.If(this=exp.Is(this=a.copy(), expression=exp.Null()), true=exp.Null()),
+        exp.If(this=exp.Or(this=exp.IsNan(this=a.copy()), expression=exp.EQ(this=a.copy(), expression=exp.Literal.number(0))),
+               true=exp.Cast(this=exp.Literal.string("NaN"), to=exp.DataType.build("DOUBLE"))),
+        exp.If(this=exp.EQ(this=exp.Paren(this=exp.GT(this=a.copy(), expression=exp.Literal.number(0))),
+                           expression=exp.Paren(this=exp.Not(this=exp.Like(
+                               this=exp.Cast(this=b.copy(), to=exp.DataType.build("VARCHAR")),
+                               expression=exp.Literal.string("-%"))))),
+               true=exp.Cast(this=exp.Literal.string("Infinity"), to=exp.DataType.build("DOUBLE")))],
+        default=exp.Cast(this=exp.Literal.string("-Infinity"), to=exp.DataType.build("DOUBLE")))
+    divided = exp.Div(this=a.copy(), expression=b.copy())
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=exp.EQ(this=b.copy(), expression=exp.Literal.number(0)), true=special)],
+                                   default=divided))
+
+
+def _day_of_week(x: exp.Expression, iso: bool) -> exp.Expression:
+    """DuckDB's dayofweek (0 = Sunday) or isodow (1 = Monday .. 7): days since a Sunday, modulo 7,
+    which both engines count alike (dayofweek itself counts from 1 on Spark)."""
+    days = exp.DateDiff(this=exp.Cast(this=x.copy(), to=exp.DataType.build("DATE")),
+                        expression=exp.Cast(this=exp.Literal.string("1970-01-04"), to=exp.DataType.build("DATE")),
+                        unit=exp.var("DAY"))
+    dow = exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Paren(this=exp.Mod(this=days, expression=exp.Literal.number(7))),
+                                              expression=exp.Literal.number(7))),
+                  expression=exp.Literal.number(7))
+    if iso:  # Monday 1 .. Sunday 7
+        dow = exp.Add(this=exp.Paren(this=exp.Mod(this=exp.Paren(this=exp.Add(this=dow, expression=exp.Literal.number(6))),
+                                                  expression=exp.Literal.number(7))),
+                      expression=exp.Literal.number(1))
+    return exp.Paren(this=dow)

@@ -1,0 +1,187 @@
+"""A Spark site's views compute DuckDB's values, or are refused when declared (crr.spark.expressions).
+
+The views below are declared at a DuckDB site and at a Spark site over the same rows; every value of
+every view must be the same, NaN, infinities and the sign of zero included (a different value is a
+different view tuple, so the copies of the view would diverge). The rows hold what tells the
+engines apart: divisors of zero, halves to round, days of the week, non-ASCII text.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import duckdb
+import pytest
+import sqlglot
+
+import crr
+from crr.errors import CrrError, UnsupportedSqlError
+from crr.spark.expressions import spark_view_query
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (Java 17 is on CI)")
+pyspark = pytest.importorskip("pyspark")
+
+from crr.spark import SparkSite  # noqa: E402
+
+TABLE = ("(k INTEGER PRIMARY KEY, i INTEGER, j BIGINT, s VARCHAR, f DOUBLE, d DATE, ts TIMESTAMP, "
+         "m DECIMAL(10,2), b BOOLEAN, z INTEGER)")
+ROWS = """
+ (1, 1, 10, 'abc', 2.5, DATE '2024-02-29', TIMESTAMP '2024-02-29 13:45:10', 12.35, true, 0),
+ (2, -7, -3, 'Ünïcode ß', -2.5, DATE '1999-12-31', TIMESTAMP '1999-12-31 23:59:59.123456', -0.05, false, 3),
+ (3, 0, 0, '', 0.0, DATE '2000-01-01', TIMESTAMP '2000-01-01 00:00:00', 0, NULL, -2),
+ (4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (5, 3, 7, 'a,b,,c', 0.5, DATE '2024-12-31', TIMESTAMP '2024-06-15 12:00:00', 1.5, false, 1),
+ (6, -21483, 5, '42', -0.125, DATE '2024-03-03', TIMESTAMP '2024-03-03 03:03:03', -1.5, true, 7),
+ (7, 5, 9, 'bcd', 1.5, DATE '2023-01-01', TIMESTAMP '2023-01-01 23:00:00', 2.5, true, -4),
+ (8, 4, 1, 'x', 0.7, DATE '2023-01-07', TIMESTAMP '1970-01-01 00:00:01', 0.5, false, 2)
+"""
+# expressions rewritten for Spark (division, casts to integers, days of the week) and ones that agree as
+# they are; each view keeps k so that a row's values are compared with the same row's
+VIEWS = {
+    "nums": "SELECT k, i / z AS q1, f / z AS q2, m / z AS q3, j / i AS q4, m / 3 AS q5, i / -f AS q6, "
+            "CAST(f AS INTEGER) AS c1, CAST(m AS INTEGER) AS c2, CAST(f AS BIGINT) AS c3, "
+            "TRY_CAST(f AS SMALLINT) AS c4, CAST(b AS INTEGER) AS c5, i // 3 AS d1, i % 3 AS d2, -i AS n1, "
+            "abs(f) AS n2, round(f) AS n3, round(m, 1) AS n4, floor(m) AS n5, sqrt(abs(f)) AS n6, "
+            "CAST(m AS DOUBLE) AS n7, i & 6 AS n8, sign(f) AS n9, f * 3 - 1 AS n10 FROM t",
+    "texts": "SELECT k, s || '!' AS t1, concat(s, 'x') AS t2, length(s) AS t3, substring(s, 2, 3) AS t4, "
+             "left(s, 2) AS t5, right(s, 2) AS t6, trim(s) AS t7, replace(s, 'a', 'X') AS t8, lpad(s, 6, '*') AS t9, "
+             "strpos(s, 'b') AS t10, starts_with(s, 'a') AS t11, regexp_matches(s, '^[a-z]+$') AS t12, "
+             "regexp_replace(s, '[a-c]', 'Z', 'g') AS t13, split_part(s, ',', 2) AS t14, md5(s) AS t15, "
+             "CAST(i AS VARCHAR) AS t16, CAST(m AS VARCHAR) AS t17, CAST(d AS VARCHAR) AS t18, s ILIKE 'A%' AS t19, "
+             "coalesce(s, 'none') AS t20 FROM t WHERE s IS NULL OR s <> '42'",
+    "dates": "SELECT k, year(d) AS y, month(d) AS mo, dayofweek(d) AS dw, isodow(d) AS iw, weekday(ts) AS wd, "
+             "dayofyear(d) AS dy, quarter(d) AS qu, hour(ts) AS h, date_trunc('month', d) AS dtm, d + 1 AS dn, "
+             "date_diff('day', d, DATE '2024-01-01') AS dd, extract(year FROM ts) AS ey, "
+             "strftime(ts, '%Y-%m-%d %H:%M') AS sf, CAST(ts AS DATE) AS cd, ts + INTERVAL 1 HOUR AS th, "
+             "last_day(d) AS ld FROM t WHERE d IS NULL OR d > DATE '1999-06-01'",
+    "unnamed": "SELECT k, i / z, CAST(f AS INTEGER) FROM t",
+}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from crr.bench.gupta_spark import spark_session
+    return spark_session()
+
+
+def _exact(rows) -> list[tuple]:
+    """Rows with floats by their repr (so NaN equals NaN and -0.0 differs from 0.0), sorted."""
+    def one(v):
+        return ("float", repr(v)) if isinstance(v, float) else v
+    return sorted((tuple(one(v) for v in r) for r in rows), key=repr)
+
+
+def _sites(spark, tmp_path) -> tuple[crr.Site, SparkSite]:
+    duck = crr.Site(site_id="edge")
+    site = SparkSite(spark, str(tmp_path / "cloud"), site_id="cloud")
+    duck.execute(f"CREATE REPLICATED TABLE t {TABLE}")
+    site.execute(f"CREATE REMOTE TABLE t {TABLE}")
+    return duck, site
+
+
+def test_spark_views_compute_duckdbs_values(spark, tmp_path):
+    """Every view over the rows is the same at the Spark site as at the DuckDB site, value for value,
+    after a merge and after the Spark site reopens and merges more rows; a fresh DuckDB site holding
+    the Spark site's changes agrees too. Fails without the rewrites: Spark refuses the merge (division
+    by zero), truncates 0.7 and 1.5 where DuckDB rounds them, and counts days of the week from 1."""
+    duck, site = _sites(spark, tmp_path)
+    for name, sql in VIEWS.items():
+        duck.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+        site.execute(f"CREATE MATERIALIZED VIEW {name} AS {sql}")
+    assert [c.name for c in site.relation("unnamed").columns] == [c.name for c in duck.relation("unnamed").columns]
+    duck.execute(f"INSERT INTO t VALUES {ROWS}")
+    site.merge(duck.changes().to_bytes())
+    for name in VIEWS:
+        _same(_exact(site.table(name).collect()), _exact(duck.execute(f"SELECT * FROM {name}")), name)
+    cursor = duck.cursor
+    site.close()
+    site = SparkSite(spark, str(tmp_path / "cloud"))
+    duck.execute("INSERT INTO t VALUES (9, 9, 9, 'b', -0.5, DATE '2023-01-02', TIMESTAMP '2023-01-02 10:00:00', "
+                 "-2.5, NULL, 0)")
+    site.merge(duck.changes(since=cursor).to_bytes())
+    for name in VIEWS:
+        assert _exact(site.table(name).collect()) == _exact(duck.execute(f"SELECT * FROM {name}")), name
+    fresh = crr.Site(site_id="fresh")
+    fresh.execute(f"CREATE REMOTE TABLE t {TABLE}")
+    for name in VIEWS:
+        fresh.execute(f"CREATE REMOTE TABLE {name} {_remote_columns(duck, name)}")
+    fresh.merge(site.changes().to_bytes())
+    for name in VIEWS:
+        assert _exact(fresh.execute(f"SELECT * FROM {name}")) == _exact(duck.execute(f"SELECT * FROM {name}")), name
+    site.close()
+
+
+def _same(spark_rows: list[tuple], duck_rows: list[tuple], name: str) -> None:
+    """Assert the rows are equal, naming the first differing values (row key, column position)."""
+    diffs = [(a[0], i, a[i], b[i]) for a, b in zip(spark_rows, duck_rows) for i in range(len(a)) if a[i] != b[i]]
+    assert (len(spark_rows), diffs[:5]) == (len(duck_rows), []), name
+
+
+def _remote_columns(duck: crr.Site, name: str) -> str:
+    return "(" + ", ".join(f'"{c.name}" {c.type}' for c in duck.relation(name).columns) + ")"
+
+
+REFUSED = [
+    ("upper(s)", "upper"),
+    ("lower(s)", "lower"),
+    ("CAST(f AS VARCHAR)", "float to string"),
+    ("CAST(s AS INTEGER)", "parses text"),
+    ("ln(f)", "ln"),
+    ("sin(f)", "sin"),
+    ("power(f, 2)", "power"),
+    ("hash(s)", "hash"),
+    ("floor(f)", "rounds a DOUBLE"),
+    ("round(f, 1)", "rounds a DOUBLE"),
+    ("regexp_replace(s, 'a', 'b')", "first match"),
+    ("date_diff('month', d, DATE '2024-01-01')", "unit boundaries"),
+    ("date_diff('day', ts, TIMESTAMP '2024-01-01 10:00:00')", "unit boundaries"),
+    ("d - DATE '2000-01-01'", "date arithmetic"),
+    ("d + INTERVAL 1 DAY", "date arithmetic"),
+    ("epoch(ts)", "fraction of a second"),
+    ("substring(s, 0, 2)", "positions and lengths"),
+    ("substring(s, i, 2)", "positions and lengths"),
+    ("concat(s, i)", "not all VARCHAR"),
+    ("extract(dow FROM d)", "only the parts"),
+    ("strftime(d, '%a')", "format codes"),
+    ("i << 2", "BITWISELEFTSHIFT"),
+    ("f // 2", "DIV takes integers"),
+    ("CAST('2.5' AS INTEGER)", "read the text"),
+]
+
+
+def test_a_view_spark_would_compute_otherwise_is_refused(spark, tmp_path):
+    """A view whose expression Spark computes otherwise than DuckDB is refused when declared, by name and
+    reason, and leaves nothing behind; the same view is declared at a DuckDB site."""
+    duck, site = _sites(spark, tmp_path)
+    for n, (expression, why) in enumerate(REFUSED):
+        sql = f"SELECT k, {expression} AS x FROM t"
+        duck.execute(f"CREATE MATERIALIZED VIEW v{n} AS {sql}")
+        with pytest.raises(UnsupportedSqlError, match="Spark site cannot compute") as e:
+            site.execute(f"CREATE MATERIALIZED VIEW v{n} AS {sql}")
+        assert why in str(e.value) and f"view v{n}" in str(e.value), expression
+    assert site.relations() == {"t": "remote"}
+    site.execute("CREATE MATERIALIZED VIEW v0 AS SELECT k FROM t")  # the name is still free
+    site.close()
+
+
+def test_spark_rewrites_are_the_same_query_to_duckdb():
+    """The rewritten query computes, in DuckDB, exactly the original's values (so a Spark site's view
+    has the tuple ids every DuckDB site gives it), and a query needing no rewrite comes back as it is."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t {TABLE}")
+    con.execute(f"INSERT INTO t VALUES {ROWS}")
+
+    def describe(sql):
+        try:
+            return [(r[0], r[1]) for r in con.execute(f"DESCRIBE {sql}").fetchall()]
+        except duckdb.Error as e:
+            raise CrrError(str(e)) from None
+    for name, sql in VIEWS.items():
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        rewritten = spark_view_query("v", tree, describe)
+        assert (rewritten is tree) == (name == "texts")  # texts: nothing Spark computes otherwise
+        assert _exact(con.execute(rewritten.sql("duckdb")).fetchall()) == _exact(con.execute(sql).fetchall())
+    zeros = "SELECT 0 / 0 AS x, 1 / -CAST(0 AS DOUBLE) AS y, -1 / CAST(0 AS DOUBLE) AS z, NULL / 0 AS w"
+    got = con.execute(spark_view_query("v", sqlglot.parse_one(zeros), describe).sql("duckdb")).fetchall()[0]
+    assert math.isnan(got[0]) and got[1:] == (-math.inf, -math.inf, None)
