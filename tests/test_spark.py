@@ -754,3 +754,22 @@ def test_spark_insert_many_casts_as_a_duckdb_site_does(spark, tmp_path):
     site.insert_many("f", pd.DataFrame({"k": [3], "y": [1.5], "day": [datetime.date(2024, 1, 3)]}))
     assert sorted(r["k"] for r in site.table("f").collect()) == [2, 3]
     site.close()
+
+
+def test_a_query_leaves_the_sessions_own_temp_views_alone(spark, tmp_path):
+    """execute() reads the site's relations by their names for the query's time only: a temp view of the
+    same name that the application registered in the session answers again afterwards (it was dropped),
+    and one of another name is untouched."""
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute('CREATE REPLICATED TABLE "ev.ents" (k INTEGER)')
+    site.insert_many("ev.ents", [(1,), (2,)])
+    spark.createDataFrame([("mine",)], "x string").createOrReplaceTempView("`ev.ents`")
+    spark.createDataFrame([("other",)], "x string").createOrReplaceTempView("other_view")
+    try:
+        assert site.execute("SELECT count(*) FROM `ev.ents`") == [(2,)]
+        assert [tuple(r) for r in spark.sql("SELECT * FROM `ev.ents`").collect()] == [("mine",)]
+        assert [tuple(r) for r in spark.sql("SELECT * FROM other_view").collect()] == [("other",)]
+    finally:
+        spark.catalog.dropTempView("ev.ents")
+        spark.catalog.dropTempView("other_view")
+        site.close()

@@ -230,11 +230,12 @@ class SparkSite:
                                                                                          exp.Update, exp.Merge):
             raise UnsupportedSqlError("a Spark site runs crr DDL and read-only queries (SELECT ...); change data "
                                       "with insert_many() or by merging changesets")
-        views = []
-        for name, rel in self._catalog.items():
-            if rel.has_app:
-                self.table(name).createOrReplaceTempView(quote(name))
-                views.append(name)
+        names = [name for name, rel in self._catalog.items() if rel.has_app]
+        # the session's own temp views of those names: hidden during the query, then put back
+        shadowed = {name: self.spark.table(quote(name)) for name in names
+                    if self.spark.catalog.tableExists(quote(name)) and self.spark.catalog.getTable(quote(name)).isTemporary}
+        for name in names:
+            self.table(name).createOrReplaceTempView(quote(name))
         try:
             return [tuple(r) for r in self.spark.sql(sql).collect()]
         except Exception as e:
@@ -242,8 +243,11 @@ class SparkSite:
                 raise SqlError(f"Spark could not run the query: {str(e).splitlines()[0]}") from None
             raise
         finally:
-            for name in views:
-                self.spark.catalog.dropTempView(name)
+            for name in names:
+                if name in shadowed:
+                    shadowed[name].createOrReplaceTempView(quote(name))
+                else:
+                    self.spark.catalog.dropTempView(name)
 
     def table(self, name: str) -> DataFrame:
         """The APP relation ``name`` as a Spark DataFrame under the user's column names (the state of
