@@ -773,3 +773,34 @@ def test_a_query_leaves_the_sessions_own_temp_views_alone(spark, tmp_path):
         spark.catalog.dropTempView("ev.ents")
         spark.catalog.dropTempView("other_view")
         site.close()
+
+
+def test_threads_sharing_a_spark_site_take_turns(spark, tmp_path):
+    """Two threads merging into one SparkSite at once both land, and stay after a reopen (each merge
+    committed over the manifest it had read, so one of them was lost)."""
+    import threading
+    edge = crr.Site(site_id="edge")
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for t in ("a", "b"):
+        edge.execute(f"CREATE REPLICATED TABLE {t} (k INTEGER)")
+        site.execute(f"CREATE REMOTE TABLE {t} (k INTEGER)")
+        edge.execute(f"INSERT INTO {t} SELECT range FROM range(5)")
+    changesets = [edge.changes(relations=[t]).to_bytes() for t in ("a", "b")]
+    start, errors = threading.Barrier(2), []
+
+    def merge(cs: bytes) -> None:
+        start.wait()
+        try:
+            site.merge(cs)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=merge, args=(cs,)) for cs in changesets]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    site.close()
+    site = SparkSite(spark, str(tmp_path / "site"))
+    assert {t: len(site.table(t).collect()) for t in ("a", "b")} == {"a": 5, "b": 5}
+    site.close()

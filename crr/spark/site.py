@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import threading
 import uuid
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -65,6 +67,19 @@ def spark_errors() -> Iterator[None]:
             from None
 
 
+T = TypeVar("T")
+
+
+def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a :class:`SparkSite` method holding the site's lock: threads sharing one site take turns (two
+    merges at once would each commit over the same manifest, and one would be lost)."""
+    @functools.wraps(method)
+    def run(self: "SparkSite", *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class SparkSite:
     """A crr site on Spark: ``SparkSite(spark, path, site_id=None)`` opens or creates the site stored
     under folder ``path`` (any path the driver can write; see the README for a cluster)."""
@@ -72,6 +87,7 @@ class SparkSite:
     def __init__(self, spark: SparkSession, path: str, site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
         self.spark = spark
+        self._lock = threading.RLock()
         self.path = str(path)
         self.max_clock_skew = float(max_clock_skew)
         register_udfs(spark)
@@ -126,6 +142,7 @@ class SparkSite:
         self._run(work)
 
     # -- lifecycle -----------------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def close(self) -> None:
         """Close the site (committed state is in its folder; the SparkSession stays the caller's)."""
         if not self._closed:
@@ -195,6 +212,7 @@ class SparkSite:
             m.close()
 
     # -- statements ----------------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         """Run crr DDL (CREATE REPLICATED TABLE / REMOTE TABLE / REMOTE SOURCE / MATERIALIZED VIEW, DROP),
         or a read-only Spark SQL query over the APP relations (returns its rows as tuples). ``params``
@@ -249,6 +267,7 @@ class SparkSite:
                 else:
                     self.spark.catalog.dropTempView(name)
 
+    @_one_thread_at_a_time
     def table(self, name: str) -> DataFrame:
         """The APP relation ``name`` as a Spark DataFrame under the user's column names (the state of
         the last commit; read it again after a merge)."""
@@ -360,6 +379,7 @@ class SparkSite:
         return []
 
     # -- writes ---------------------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def insert_many(self, table: str, rows: Any) -> int:
         """Insert rows into a replicated table in one transaction; returns the number of rows given.
 
@@ -430,6 +450,7 @@ class SparkSite:
             self._typer.unregister("_crr_insert")
 
     # -- replication ----------------------------------------------------------------------------------
+    @_one_thread_at_a_time
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> SparkResult:
         """Merge a changeset (or its bytes) from any site: atomic, idempotent and commutative.
 
@@ -463,11 +484,13 @@ class SparkSite:
             return result, catalog, result.changed or bool(grown)
         return self._run(work, catalog)
 
+    @_one_thread_at_a_time
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._check_open()
         return int(self._store.meta.get("cursors", {}).get(peer, {}).get(fold_identifier(relation), 0))
 
+    @_one_thread_at_a_time
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
         """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations
         (default: every relation but remote sources), as a changeset any site can merge."""
