@@ -37,12 +37,18 @@ def parse_one(sql: str) -> exp.Expression:
     try:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
     except (ParseError, TokenError) as e:
-        raise SqlError(f"cannot parse SQL: {_first_line(str(e))}") from None
+        raise SqlError(f"cannot parse SQL: {_first_line(str(e))}{_near(e)}") from None
     except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper
         raise SqlError("cannot parse SQL: nested too deeply for crr's parser") from None
     if len(trees) != 1:
         raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
     return _lower_identifiers(trees[0])
+
+
+def _near(error: Exception) -> str:
+    """`` near '<token>'`` for a ParseError that says where it stopped, else ''."""
+    found = [e.get("highlight") for e in getattr(error, "errors", []) if e.get("highlight")]
+    return f" near {found[0]!r}" if found else ""
 
 
 def _first_line(text: str) -> str:

@@ -25,6 +25,7 @@ __all__ = [
 
 _CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
 _CREATE_VIEW = re.compile(r"^\s*create\s+(or\s+replace\s+)?materialized\s+view\s+", re.I)
+_VIEW_QUERY = re.compile(r"\bas\s+((\(\s*)*(select|with|from|values)\b)", re.I)
 _DROP = re.compile(
     r"^\s*drop\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view|table|view)\s+"
     r"(if\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)\s*;?\s*$",
@@ -259,6 +260,10 @@ def _create_table(kind: RelationKind, sql: str) -> CreateTable:
 def _create_view(sql: str) -> CreateView:
     body = _CREATE_VIEW.sub("CREATE VIEW ", sql, count=1)
     tree = parse_one(body)
+    if isinstance(tree, exp.Command):  # sqlglot could not read the query: say where, as for a plain query
+        query = _VIEW_QUERY.search(body)
+        if query:
+            parse_one(body[query.start(1):])
     if not isinstance(tree, exp.Create) or tree.expression is None:
         raise SqlError("CREATE MATERIALIZED VIEW needs a query: CREATE MATERIALIZED VIEW name AS SELECT ...")
     target = tree.this

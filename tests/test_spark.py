@@ -416,8 +416,13 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
         site.execute("DELETE FROM r")
     with pytest.raises(UnsupportedSqlError, match="UPDATE is not supported on a Spark site"):
         site.execute("UPDATE r SET a = 2")
+    for plain in ("CREATE TABLE elsewhere AS SELECT 1 AS one", "CREATE VIEW v AS SELECT a FROM r"):
+        with pytest.raises(UnsupportedSqlError, match="crr relations only, not a plain CREATE"):
+            site.execute(plain)
     with pytest.raises(UnsupportedSqlError, match="read-only"):
-        site.execute("CREATE TABLE elsewhere AS SELECT 1 AS one")
+        site.execute("TRUNCATE r")
+    with pytest.raises(SqlError, match="cannot parse SQL.*near \"'41'\""):  # crr's reading, not Spark's
+        site.execute("CREATE MATERIALIZED VIEW x AS SELECT x'41' AS b FROM r")
     for statement in (None, b"SELECT 1", ["SELECT 1"]):
         with pytest.raises(SqlError, match="as a string"):
             site.execute(statement)

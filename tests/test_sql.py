@@ -258,6 +258,7 @@ def test_drop_refused_while_a_view_depends_then_allowed(site):
     ("CREATE REPLICATED TABLE t (a NOSUCHTYPE)", crr.SqlError),
     ("CREATE MATERIALIZED VIEW v AS SELECT a FROM nowhere", crr.CatalogError),
     ("SELEC 1", crr.SqlError),
+    ("CREATE MATERIALIZED VIEW v AS SELECT x'41' AS b FROM nowhere", crr.SqlError),  # says where sqlglot stopped
     ("SELECT 1; SELECT 2", crr.SqlError),
 ])
 def test_bad_ddl_gets_a_clear_error_and_changes_nothing(site, ddl, error):
@@ -277,3 +278,11 @@ def test_wrong_value_types_are_refused_without_change(site):
         site.execute("UPDATE t SET nope = 1")
     assert site.cursor == before
     assert site.execute("SELECT * FROM t") == [(1, __import__("datetime").date(2024, 1, 1))]
+
+
+def test_a_view_query_crr_cannot_read_says_where(site):
+    """A view query sqlglot cannot read (DuckDB's x'41' blob literal) is refused with the place it
+    stopped, not as a CREATE MATERIALIZED VIEW without a query."""
+    with pytest.raises(crr.SqlError, match="cannot parse SQL.*near \"'41'\""):
+        site.execute("CREATE MATERIALIZED VIEW v AS SELECT x'41' AS b FROM r")
+    assert "v" not in site.relations()

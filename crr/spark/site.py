@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import re
 import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -68,6 +69,9 @@ def spark_errors() -> Iterator[None]:
 
 
 T = TypeVar("T")
+# statements only crr reads (a Spark site does not pass them on to Spark when crr cannot read them)
+_CRR_DDL = re.compile(r"\s*(create\s+(or\s+replace\s+)?(materialized\s+view|replicated\s+table|remote\s+(table|source))"
+                      r"|drop\s+(materialized\s+view|replicated\s+table|remote\s+(table|source)))\b", re.I)
 
 
 def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
@@ -224,8 +228,8 @@ class SparkSite:
         try:
             stmt = classify(sql)
         except SqlError:
-            if not isinstance(sql, str):
-                raise
+            if not isinstance(sql, str) or _CRR_DDL.match(sql):
+                raise  # crr DDL that crr could not read says why, not what Spark makes of it
             stmt = None  # DuckDB-only syntax, or Spark SQL: Spark decides (_query)
         if isinstance(stmt, CreateTable):
             return self._create_table(stmt)
@@ -244,6 +248,11 @@ class SparkSite:
             tree = sqlglot.parse_one(sql, read="spark")
         except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
             raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
+        if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
+            raise UnsupportedSqlError(
+                f"a Spark site keeps crr relations only, not a plain CREATE {str(tree.args['kind']).upper()}: declare "
+                "CREATE REPLICATED TABLE, CREATE REMOTE TABLE, CREATE REMOTE SOURCE or CREATE MATERIALIZED VIEW "
+                "(for a Spark table of your own, use the SparkSession)")
         if not isinstance(tree, (exp.Select, exp.SetOperation, exp.Subquery)) or tree.find(exp.Insert, exp.Delete,
                                                                                          exp.Update, exp.Merge):
             raise UnsupportedSqlError("a Spark site runs crr DDL and read-only queries (SELECT ...); change data "
