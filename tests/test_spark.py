@@ -809,3 +809,24 @@ def test_threads_sharing_a_spark_site_take_turns(spark, tmp_path):
     site = SparkSite(spark, str(tmp_path / "site"))
     assert {t: len(site.table(t).collect()) for t in ("a", "b")} == {"a": 5, "b": 5}
     site.close()
+
+
+def test_a_spark_dataframe_of_types_spark_converts_otherwise_is_refused(spark, tmp_path):
+    """A DataFrame column of DOUBLE into an INTEGER column (Spark truncates 3.7 to 3, a DuckDB site
+    rounds to 4), or of text into a DATE, is refused naming the column, and nothing is written;
+    conversions both engines make alike pass (Python ints are BIGINT to Spark, into INTEGER)."""
+    site = SparkSite(spark, str(tmp_path / "s"), site_id="s")
+    duck = crr.Site(site_id="d")
+    for s in (site, duck):
+        s.execute("CREATE REPLICATED TABLE c (i INTEGER, d DATE, x DOUBLE)")
+    with pytest.raises(TypeMismatchError, match="column i of the DataFrame is double, and i is INTEGER"):
+        site.insert_many("c", spark.createDataFrame([(3.7, None, 1.0)], "i double, d date, x double"))
+    with pytest.raises(TypeMismatchError, match="column d of the DataFrame is string, and d is DATE"):
+        site.insert_many("c", spark.createDataFrame([(1, "2024-01-02", 1.0)], "i int, d string, x double"))
+    assert site.table("c").count() == 0
+    import datetime
+    frame = spark.createDataFrame([(7, datetime.date(2024, 1, 2), 2)], ["i", "d", "x"])  # i, x BIGINT
+    site.insert_many("c", frame)
+    duck.insert_many("c", [(7, datetime.date(2024, 1, 2), 2)])
+    assert [tuple(r) for r in site.table("c").collect()] == duck.execute("SELECT * FROM c")
+    site.close()

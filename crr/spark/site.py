@@ -84,6 +84,31 @@ def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_DECIMAL = re.compile(r"decimal\(\d+,\d+\)")
+
+
+def _check_frame_type(rel: Relation, column: Column, source: str, given: str) -> None:
+    """Refuse (TypeMismatchError) a DataFrame column whose values Spark would convert to the declared
+    type otherwise than a DuckDB site converts them (a DOUBLE into an INTEGER: Spark truncates, DuckDB
+    rounds; text into a number or date: the parsers differ). Conversions both make alike pass:
+    integers and decimals among themselves (an overflow fails in both), numbers into DOUBLE or FLOAT,
+    DATE and TIMESTAMP into each other, integers into VARCHAR, NULL columns into anything."""
+    want = spark_type(column.type).lower()
+    numbers = _INTEGERS + ("float", "double")
+    alike = (given in (want, "void")
+             or (want in _INTEGERS or _DECIMAL.fullmatch(want)) and (given in _INTEGERS or _DECIMAL.fullmatch(given))
+             or want in ("float", "double") and (given in numbers)
+             or {want, given} <= {"date", "timestamp_ntz"}
+             or want == "string" and given in _INTEGERS)
+    if not alike:
+        raise TypeMismatchError(
+            f"insert_many into {rel.name}: column {source} of the DataFrame is {given}, and {column.name} is "
+            f"{column.type}; Spark would convert it otherwise than a DuckDB site does. Cast the column to "
+            f"{want} first, or pass the rows as Arrow or tuples, which crr converts as a DuckDB site does; "
+            "nothing was written")
+
+
 class SparkSite:
     """A crr site on Spark: ``SparkSite(spark, path, site_id=None)`` opens or creates the site stored
     under folder ``path`` (any path the driver can write; see the README for a cluster)."""
@@ -427,6 +452,8 @@ class SparkSite:
             given = [fold_identifier(c) for c in rows.columns]
             pick = column_positions(rel.name, given, names)
             src = rows.columns
+            for c in rel.columns:
+                _check_frame_type(rel, c, src[pick[c.name]], rows.schema[pick[c.name]].dataType.simpleString())
             return rows.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
                                      for c, a in zip(rel.columns, rel.aug_columns)]), None
         if isinstance(rows, pa.Table):
