@@ -11,12 +11,17 @@ diverge. Measured on DuckDB 2.0 and Spark 4 (ANSI mode, its default):
   Spark truncates both;
 * ``round`` of a DOUBLE keeps the sign of a zero in DuckDB (``round(-0.125)`` is ``-0.0``), not on Spark;
 * ``dayofweek`` counts from 0 in DuckDB and from 1 on Spark;
-* upper and lower case follow other Unicode rules (``upper('ß')``), floats print otherwise
+* ``a % b`` of DOUBLEs by zero is NaN in DuckDB, an error on Spark; ``sign`` of a DOUBLE is a
+  TINYINT in DuckDB (0 for NaN), a DOUBLE on Spark;
+* ``.`` in a regular expression leaves out only ``\n`` in RE2, also ``\r`` and other line ends in Java;
+* upper and lower case follow other Unicode rules (``upper('ß')``, ``ILIKE``), floats print otherwise
   (``1e+20`` against ``1.0E20``), transcendental functions differ in the last bit, ``ln`` of a
   negative is NaN against NULL, ``date_diff`` counts unit boundaries against whole units,
-  ``regexp_replace`` replaces the first match against every match, ``hash`` is another function.
+  ``regexp_replace`` replaces the first match against every match, ``hash`` is another function,
+  Spark reads ``\`` in a LIKE pattern as an escape, rounds DECIMAL results past 38 digits, and
+  takes ``chr`` modulo 256; regular expressions differ in ``$``, POSIX classes, flags and ``\s``.
 
-:func:`spark_view_query` rewrites the first four into forms both engines compute as DuckDB does
+:func:`spark_view_query` rewrites the first seven into forms both engines compute as DuckDB does
 (DuckDB computes the rewritten query exactly as the original, so the view's rows and tuple ids do
 not change), and refuses every other construct that is not known to compute the same values: the
 allowed ones are listed here, each checked against DuckDB by ``tests/test_spark_expressions.py``.
@@ -32,6 +37,7 @@ from typing import Callable
 from sqlglot import exp
 
 from crr.errors import CrrError, UnsupportedSqlError
+from crr.spark.encoding import spark_type
 from crr.types import TypeFamily, type_family
 
 Describe = Callable[[str], list[tuple[str, str]]]
@@ -42,21 +48,21 @@ _SAME: tuple[type[exp.Expression], ...] = (
     exp.Star, exp.Where, exp.Distinct, exp.Union, exp.Subquery, exp.Paren, exp.Literal, exp.Boolean,
     exp.Null, exp.DataType, exp.DataTypeParam, exp.Tuple, exp.Interval, exp.Var,
     exp.And, exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Between,
-    exp.In, exp.Like, exp.ILike, exp.Escape, exp.NullSafeEQ, exp.NullSafeNEQ,
+    exp.In, exp.Escape, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
-    exp.Mul, exp.Neg, exp.Abs, exp.Mod, exp.Sign, exp.Sqrt, exp.Pi,
+    exp.Neg, exp.Abs, exp.Sqrt, exp.Pi,
     exp.BitwiseAnd, exp.BitwiseOr, exp.BitwiseXor,
-    exp.Length, exp.Trim, exp.Replace, exp.Reverse, exp.Pad, exp.StrPosition, exp.StartsWith,
-    exp.EndsWith, exp.Contains, exp.SplitPart, exp.Repeat, exp.Translate, exp.Ascii, exp.Chr,
-    exp.MD5, exp.SHA, exp.SHA2, exp.Hex, exp.RegexpLike, exp.RegexpExtract,
+    exp.Length, exp.Trim, exp.Replace, exp.Pad, exp.StrPosition, exp.StartsWith,
+    exp.EndsWith, exp.Contains, exp.Repeat, exp.Translate, exp.Ascii,
+    exp.MD5, exp.SHA, exp.SHA2, exp.Hex,
     exp.Year, exp.Month, exp.Day, exp.DayOfMonth, exp.DayOfYear, exp.WeekOfYear, exp.Quarter,
-    exp.Hour, exp.Minute, exp.Second, exp.LastDay, exp.TimestampTrunc, exp.DateTrunc,
-    exp.DateFromParts,
+    exp.Hour, exp.Minute, exp.Second, exp.LastDay, exp.DateFromParts,
 )
 _NUMERIC = {TypeFamily.INTEGER, TypeFamily.DECIMAL, TypeFamily.FLOAT}
 _EXACT = {TypeFamily.INTEGER, TypeFamily.DECIMAL}
 _EXTRACT_PARTS = {"year", "month", "day", "hour", "minute", "quarter"}
-_STRFTIME_CODES = set("YmdHMS%")
+_STRFTIME = re.compile(r"(%[YmdHMS]|[-/:. 0-9])*")
+_TRUNC_UNITS = {"year", "quarter", "month", "week", "day", "hour", "minute", "second"}
 # CAST(operand AS target): the pairs of type families both engines convert alike (others refused)
 _CASTS: dict[TypeFamily, set[TypeFamily]] = {
     TypeFamily.STRING: {TypeFamily.STRING},
@@ -100,11 +106,44 @@ def spark_view_query(view: str, query: exp.Expression, describe: Describe, refus
                 "or write the expression without it") from None
         if new is not None:
             rewrites.append((node, new))
+    if refuse and isinstance(tree, exp.Union):
+        _check_union_conversions(view, tree, describe, types)
     if not rewrites:
         return query
     for node, new in reversed(rewrites):  # innermost first: an outer rewrite copies rewritten children
         node.replace(new(node) if callable(new) else new)
     return tree
+
+
+def _check_union_conversions(view: str, tree: exp.Union, describe: Describe, types: "_Types") -> None:
+    """Refuse a UNION whose branches' columns convert to the view's column types otherwise on Spark
+    (the compiler casts each branch's columns to the union's types: a DOUBLE beside VARCHAR prints
+    '1e+20' in DuckDB, '1.0E20' on Spark)."""
+    try:
+        columns = describe(tree.sql("duckdb"))
+    except CrrError:
+        return
+    branches, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (exp.Union, exp.Subquery)):
+            stack.extend([node.this] + ([node.expression] if isinstance(node, exp.Union) else []))
+        elif isinstance(node, exp.Select):
+            branches.append(node)
+    for branch in branches:
+        for i, (proj, (_, to_name)) in enumerate(zip(branch.expressions, columns)):
+            src_name = types.name_of(proj.this if isinstance(proj, exp.Alias) else proj)
+            if src_name is None or src_name == to_name.upper():
+                continue
+            try:
+                if _conversion(_family_of(src_name), src_name, _family_of(to_name) or TypeFamily.STRING,
+                               to_name.upper()) is not None:
+                    raise _Refused(f"rounds {src_name} to {to_name} otherwise")
+            except _Refused as e:
+                raise UnsupportedSqlError(
+                    f"view {view}: a Spark site cannot compute column {i + 1} of the UNION as DuckDB does: it is "
+                    f"{src_name} in one branch and {to_name} in the view, and {e}; CAST it in every branch to the "
+                    "same type, or declare the view at a DuckDB site") from None
 
 
 def _name_projections(tree: exp.Expression, names: list[str]) -> None:
@@ -142,6 +181,20 @@ class _Types:
         """The family of a CAST's target type, by DuckDB's name of it."""
         return self._family(exp.select(exp.Cast(this=exp.Null(), to=to.copy())))
 
+    def name_of(self, node: exp.Expression) -> str | None:
+        """DuckDB's name of the type of ``node`` (``DECIMAL(10,2)``), or None when it cannot say."""
+        probe = exp.select(node.copy().as_("_crr_x"))
+        select = node.find_ancestor(exp.Select)
+        if select is not None and not isinstance(node, exp.Literal):
+            source = select.args.get("from_") or select.args.get("from")
+            if source is not None:
+                probe.set("from_" if "from_" in exp.Select.arg_types else "from", source.copy())
+            probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
+        try:
+            return self._describe(probe.sql("duckdb"))[0][1].upper()
+        except CrrError:
+            return None
+
     def _family(self, probe: exp.Select) -> TypeFamily | None:
         try:
             columns = self._describe(probe.sql("duckdb"))
@@ -155,6 +208,51 @@ def _check(node: exp.Expression, types: _Types):
     with its children rewritten) when it is written otherwise; raise _Refused when it cannot be."""
     if isinstance(node, exp.Div):
         return _ieee_division
+    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)):
+        operands = [node.this] + [node.args[a] for a in ("expression", "low", "high") if node.args.get(a)] + \
+            list(node.expressions)
+        families = {types.of(o) for o in operands if not isinstance(o, exp.Null)}
+        if TypeFamily.STRING in families and len(families) > 1:
+            raise _Refused("DuckDB compares text with a number or date by converting the text, which Spark "
+                           "converts otherwise (CAST one side explicitly to the other's type)")
+        return None
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        _check_decimal_precision(node, types)
+        return _date_arithmetic(node, types) if isinstance(node, (exp.Add, exp.Sub)) else None
+    if isinstance(node, exp.Mod):
+        return _ieee_mod if TypeFamily.FLOAT in {types.of(node.this), types.of(node.expression)} else None
+    if isinstance(node, exp.Sign):
+        return _float_sign if types.of(node.this) == TypeFamily.FLOAT else None
+    if isinstance(node, exp.Like):
+        pattern = node.expression
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string and "\\" not in pattern.this) \
+                and not isinstance(node.parent, exp.Escape):
+            raise _Refused("Spark reads a backslash in a LIKE pattern as an escape, DuckDB does not "
+                           "(write a literal pattern without backslashes, or give an ESCAPE)")
+        return None
+    if isinstance(node, (exp.RegexpLike, exp.RegexpExtract, exp.RegexpReplace)):
+        return _regexp(node)
+    if isinstance(node, exp.Chr):
+        if not all(_literal_int(a, nonzero=False, nonnegative=True) and int(a.this) < 128 for a in node.expressions or [node.this]):
+            raise _Refused("Spark takes a code modulo 256 (only literal ASCII codes 0 to 127 agree)")
+        return None
+    if isinstance(node, exp.SplitPart):
+        delimiter, index = node.args.get("delimiter"), node.args.get("part_index")
+        if not (isinstance(delimiter, exp.Literal) and delimiter.is_string and delimiter.this
+                and index is not None and _literal_int(index, nonzero=True, nonnegative=False)):
+            raise _Refused("only a non-empty literal delimiter and a literal part other than 0 agree on Spark")
+        return None
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        unit = node.args.get("unit")
+        name = (unit.name if unit is not None else "").lower()
+        if name not in _TRUNC_UNITS:
+            raise _Refused(f"Spark truncates only to {', '.join(sorted(_TRUNC_UNITS))} (other units are NULL there)")
+        return None
+    if isinstance(node, exp.Interval):
+        if not (isinstance(node.this, exp.Literal) and re.fullmatch(r"-?\d+", node.this.this.strip())
+                and isinstance(node.args.get("unit"), exp.Var)):
+            raise _Refused("only an INTERVAL of one literal number of one unit agrees on Spark")
+        return None
     if isinstance(node, (exp.Cast, exp.TryCast)):
         return _cast(node, types)
     if isinstance(node, exp.DayOfWeek):
@@ -163,8 +261,8 @@ def _check(node: exp.Expression, types: _Types):
         return lambda n: _day_of_week(n.this, iso=True)
     if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("weekday", "dow"):
         return lambda n: _day_of_week(n.expressions[0], iso=False)
-    if isinstance(node, (exp.Add, exp.Sub)):
-        return _date_arithmetic(node, types)
+    if isinstance(node, exp.ILike):
+        raise _Refused("Spark folds case by other Unicode rules ('İ' ILIKE 'i' is true in DuckDB only)")
     if isinstance(node, exp.DPipe) or isinstance(node, (exp.Concat, exp.ConcatWs)):
         for arg in node.iter_expressions():
             if types.of(arg) not in (TypeFamily.STRING, None) or isinstance(arg, exp.Literal) and not arg.is_string:
@@ -205,10 +303,9 @@ def _check(node: exp.Expression, types: _Types):
         return None
     if isinstance(node, exp.TimeToStr):
         fmt = node.args.get("format")
-        codes = set(str(fmt.this)[i + 1] for i, ch in enumerate(str(fmt.this)[:-1]) if ch == "%") \
-            if isinstance(fmt, exp.Literal) else None
-        if codes is None or not codes <= _STRFTIME_CODES:
-            raise _Refused("only the format codes %Y %m %d %H %M %S agree on Spark")
+        if not (isinstance(fmt, exp.Literal) and _STRFTIME.fullmatch(fmt.this)):
+            raise _Refused("only the format codes %Y %m %d %H %M %S, with - / : . spaces and digits between "
+                           "them, agree on Spark")
         return None
     if isinstance(node, exp.UnixToTime):
         if types.of(node.this) != TypeFamily.INTEGER:
@@ -227,6 +324,34 @@ def _check(node: exp.Expression, types: _Types):
 
 
 _TIMES = {TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ}
+
+
+_INTEGER_DIGITS = {"TINYINT": 3, "SMALLINT": 5, "INTEGER": 10, "BIGINT": 20}
+_DECIMAL_TYPE = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+
+
+def _precision(type_name: str | None) -> tuple[int, int] | None:
+    """(precision, scale) of a DECIMAL or of an integer type as Spark widens it to one."""
+    if type_name in _INTEGER_DIGITS:
+        return _INTEGER_DIGITS[type_name], 0
+    m = _DECIMAL_TYPE.fullmatch(type_name or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _check_decimal_precision(node: exp.Add | exp.Sub | exp.Mul, types: _Types) -> None:
+    """Refuse DECIMAL arithmetic whose exact result needs more than 38 digits in Spark's typing: Spark
+    then drops digits of the scale (spark.sql.decimalOperations.allowPrecisionLoss), DuckDB keeps them."""
+    names = (types.name_of(node.this), types.name_of(node.expression))
+    if not any(n and n.startswith("DECIMAL") for n in names):
+        return
+    sizes = [_precision(n) for n in names]
+    if None in sizes:
+        return  # a DOUBLE operand: DOUBLE arithmetic in both engines
+    (p1, s1), (p2, s2) = sizes
+    digits = p1 + p2 + 1 if isinstance(node, exp.Mul) else max(p1 - s1, p2 - s2) + max(s1, s2) + 1
+    if digits > 38:
+        raise _Refused(f"Spark would round its exact result of {digits} digits to 38 (CAST the operands to "
+                       "DECIMALs of fewer digits)")
 
 
 def _date_arithmetic(node: exp.Add | exp.Sub, types: _Types) -> None:
@@ -258,7 +383,7 @@ def _literal_int(node: exp.Expression, nonzero: bool, nonnegative: bool) -> bool
 # text both engines read as the same value of a type, in a CAST of a string literal
 _LITERAL_TEXT = {
     TypeFamily.DATE: re.compile(r"\d{4}-\d{2}-\d{2}"),
-    TypeFamily.TIMESTAMP: re.compile(r"\d{4}-\d{2}-\d{2}( \d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?"),
+    TypeFamily.TIMESTAMP: re.compile(r"\d{4}-\d{2}-\d{2}( ([01]\d|2[0-3]):[0-5]\d(:[0-5]\d(\.\d{1,6})?)?)?"),
     TypeFamily.INTEGER: re.compile(r"-?\d+"),
     TypeFamily.DECIMAL: re.compile(r"-?\d+(\.\d+)?"),
     TypeFamily.FLOAT: re.compile(r"-?\d+(\.\d+)?"),
@@ -268,16 +393,36 @@ _LITERAL_TEXT = {
 
 
 def _cast(node: exp.Cast, types: _Types):
-    to = types.target(node.args["to"])
+    to_name = types.name_of(exp.Cast(this=exp.Null(), to=node.args["to"].copy()))
+    to = _family_of(to_name)
     if to is None:
         raise _Refused(f"a cast to {node.args['to'].sql('duckdb')} is not known to agree")
     if isinstance(node.this, exp.Literal) and node.this.is_string:
         if to in _LITERAL_TEXT and _LITERAL_TEXT[to].fullmatch(node.this.this):
             return None
         raise _Refused(f"Spark may read the text {node.this.this!r} otherwise (write it in ISO form)")
-    src = types.of(node.this)
+    src_name = types.name_of(node.this)
+    return _conversion(_family_of(src_name), src_name, to, to_name)
+
+
+def _family_of(type_name: str | None) -> TypeFamily | None:
+    try:
+        return type_family(type_name) if type_name else None
+    except CrrError:
+        return None
+
+
+def _conversion(src: TypeFamily | None, src_name: str | None, to: TypeFamily, to_name: str):
+    """None when Spark converts a value of type ``src_name`` to ``to_name`` as DuckDB does, the
+    rewrite of a CAST that makes it so, or raise _Refused."""
+    try:
+        spark_type(to_name)
+    except CrrError:
+        raise _Refused(f"Spark has no type holding every {to_name}") from None
     if src is None:
         raise _Refused("the type of its operand is not known")
+    if src_name == to_name:
+        return None
     if to == TypeFamily.INTEGER and src in _NUMERIC | {TypeFamily.BOOLEAN}:
         if src == TypeFamily.FLOAT:
             return lambda n: _cast_rounded(n, half_even=True)
@@ -289,6 +434,8 @@ def _cast(node: exp.Cast, types: _Types):
         return None
     if src == TypeFamily.STRING and to != TypeFamily.STRING:
         raise _Refused("Spark parses text into other values and refuses text DuckDB reads (store typed values)")
+    if src_name == "DOUBLE" and to_name == "FLOAT":
+        raise _Refused("DuckDB refuses a DOUBLE beyond FLOAT's range, Spark makes it infinite")
     if to in _CASTS.get(src, set()):
         return None
     raise _Refused(f"{src.value} to {to.value} converts otherwise on Spark")
@@ -306,7 +453,95 @@ def _cast_rounded(node: exp.Cast, half_even: bool) -> exp.Expression:
         rounded = exp.Case(ifs=[exp.If(this=half, true=even)], default=exp.Round(this=x.copy()))
     else:
         rounded = exp.Round(this=x.copy())
-    return type(node)(this=rounded, to=node.args["to"].copy())  # CAST or TRY_CAST
+    return type(node)(this=rounded, to=node.args["to"].copy(), safe=node.args.get("safe"))  # CAST or TRY_CAST
+
+
+def _ieee_mod(node: exp.Mod) -> exp.Expression:
+    """a % b of DOUBLEs as DuckDB computes it: by zero it is NaN (Spark raises REMAINDER_BY_ZERO)."""
+    a, b = node.this, node.expression
+    nan = exp.Case(ifs=[exp.If(this=exp.Is(this=a.copy(), expression=exp.Null()), true=exp.Null())],
+                   default=exp.Cast(this=exp.Literal.string("NaN"), to=exp.DataType.build("DOUBLE")))
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=exp.EQ(this=_double(b), expression=exp.Literal.number(0)), true=nan)],
+                                   default=exp.Mod(this=a.copy(), expression=b.copy())))
+
+
+def _float_sign(node: exp.Sign) -> exp.Expression:
+    """sign(x) of a DOUBLE as DuckDB computes it: -1, 0 or 1 as a TINYINT, 0 for NaN (Spark's is a
+    DOUBLE, NaN for NaN)."""
+    x = node.this
+    return exp.Cast(this=exp.Case(ifs=[exp.If(this=exp.GT(this=x.copy(), expression=exp.Literal.number(0)),
+                                              true=exp.Literal.number(1)),
+                                       exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)),
+                                              true=exp.Literal.number(-1)),
+                                       exp.If(this=exp.Is(this=x.copy(), expression=exp.Null()), true=exp.Null())],
+                                  default=exp.Literal.number(0)),
+                    to=exp.DataType.build("TINYINT"))
+
+
+# a regular expression both RE2 (DuckDB) and java.util.regex (Spark) read alike: literal characters,
+# classes of them, groups, alternation, quantifiers, ^, and the ASCII escapes \d \w (and their negations)
+_REGEX_ESCAPES = set("dDwW.\\[](){}*+?|^-/")
+_REGEX_REFUSED = ("$", "[:", "(?", "{,")
+
+
+def _regexp(node: exp.Expression):
+    """Check a regular expression function; rewrite its pattern's ``.`` (any character but a newline in
+    RE2; Java also leaves out \\r, \\u0085, \\u2028 and \\u2029) to ``[^\\n]``, which both read alike."""
+    pattern = node.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise _Refused("only a literal pattern can be checked to mean the same to Spark's Java regular expressions")
+    text = pattern.this
+    bad = [t for t in _REGEX_REFUSED if t in text]
+    escapes = {text[i + 1] for i in range(len(text) - 1) if text[i] == "\\" and (i == 0 or text[i - 1] != "\\")}
+    if bad or not escapes <= _REGEX_ESCAPES or text.endswith("\\") and not text.endswith("\\\\"):
+        raise _Refused("Java reads $, POSIX classes, (? groups, {,n}, and escapes other than \\d \\w \\D \\W "
+                       "and escaped punctuation otherwise than RE2")
+    options = node.args.get("modifiers") if isinstance(node, exp.RegexpReplace) else \
+        node.args.get("flag") or node.args.get("parameters") or node.args.get("options")
+    if isinstance(node, exp.RegexpReplace):
+        if not (isinstance(options, exp.Literal) and options.this == "g"):
+            raise _Refused("DuckDB replaces the first match, Spark every match (pass 'g' to replace every match)")
+        replacement = node.args.get("replacement")
+        if not (isinstance(replacement, exp.Literal) and replacement.is_string
+                and "\\" not in replacement.this and "$" not in replacement.this):
+            raise _Refused("a replacement must be literal text without \\ or $ (the engines name groups otherwise)")
+    elif options is not None:
+        raise _Refused("options of a regular expression are lost on the way to Spark")
+    dotless = _without_dots(text)
+    if dotless == text:
+        return None
+
+    def rewrite(n: exp.Expression) -> exp.Expression:
+        n = n.copy()
+        n.set("expression", exp.Literal.string(dotless))
+        return n
+    return rewrite
+
+
+def _without_dots(pattern: str) -> str:
+    """``pattern`` with every unescaped ``.`` outside a character class written ``[^\\n]``."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "]" or pattern[i + 1:i + 3] == "^]":  # a ] first in a class is literal
+                out.append(pattern[i:i + (2 if pattern[i + 1] == "]" else 3)])
+                i += 2 if pattern[i + 1] == "]" else 3
+                continue
+        elif ch == ".":
+            out.append("[^\\n]")
+            i += 1
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _signed_round(node: exp.Round) -> exp.Expression:

@@ -226,12 +226,28 @@ class SparkSite:
         site: the clock only has to grow, and the stamps it issued were never committed."""
         txn = self._store.transaction()
         try:
-            result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
+            with self._in_utc():
+                result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
             self._commit(txn, new_catalog, self._seq + 1 if changed else self._seq)
             return result
         except BaseException:
             txn.abort()
             raise
+
+    @contextlib.contextmanager
+    def _in_utc(self) -> Iterator[None]:
+        """Run Spark jobs with the session's time zone UTC, as a DuckDB site pins its own (a view's
+        epoch(d) or date_trunc of a timestamp depends on it), and give the session its own back."""
+        key = "spark.sql.session.timeZone"
+        before = self.spark.conf.get(key)
+        if before == "UTC":
+            yield
+            return
+        self.spark.conf.set(key, "UTC")
+        try:
+            yield
+        finally:
+            self.spark.conf.set(key, before)
 
     def _maintain(self, txn: Transaction, catalog: Catalog, batch: SparkBatch) -> SparkResult:
         m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
@@ -289,7 +305,8 @@ class SparkSite:
         for name in names:
             self.table(name).createOrReplaceTempView(quote(name))
         try:
-            return [tuple(r) for r in self.spark.sql(sql).collect()]
+            with self._in_utc():
+                return [tuple(r) for r in self.spark.sql(sql).collect()]
         except Exception as e:
             if type(e).__module__.startswith("pyspark"):
                 raise SqlError(f"Spark could not run the query: {str(e).splitlines()[0]}") from None
