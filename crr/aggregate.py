@@ -109,6 +109,8 @@ class AggregateSpec:
 
 # -- analysis ------------------------------------------------------------------------------------
 
+_TEMPORAL = {"DATE", "TIME", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP_S", "TIMESTAMP_MS",
+             "TIMESTAMP_NS", "TIME WITH TIME ZONE", "INTERVAL"}
 _AGGREGATES = {exp.Count: AggKind.COUNT, exp.Sum: AggKind.SUM, exp.Avg: AggKind.AVG, exp.Min: AggKind.MIN,
                exp.Max: AggKind.MAX}
 _DUCKDB_AGGREGATES: set[str] | None = None
@@ -308,6 +310,14 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
     for j, a in enumerate(arg_nodes):
         projections.append(exp.alias_(a.copy(), f"x{j}"))
     core.set("expressions", projections)
+    averaged = {t.arg for t in terms if t.kind is AggKind.AVG}
+    if averaged:
+        arg_types = {n: t for n, t in describe(core.sql(DIALECT))}
+        for j in sorted(averaged):
+            if arg_types.get(f"x{j}", "").upper().split("(")[0] in _TEMPORAL:
+                raise refuse(f"AVG of a {arg_types[f'x{j}']} ({arg_nodes[j].sql(DIALECT)[:60]})",
+                             "the view keeps a running SUM for AVG, which DuckDB has not for times; average "
+                             "epoch(x) and convert back with to_timestamp when you read the view")
 
     key_outputs = None
     if grouped:
