@@ -549,9 +549,15 @@ class SyncService:
                 del self.links[link.peer]
             log.info("disconnected from %s", link.peer)
 
+    def _serves(self, name: str) -> bool:
+        """Whether this site serves relation ``name``'s changes to peers: not a remote source (it keeps
+        no copy) nor an aggregate view (its rows are never replicated), nor one it does not hold."""
+        kind = self.site.relations().get(name, "source")
+        return kind != "source" and self.site.relation(name).aggregate is None
+
     def _serves_message(self) -> dict:
         rels = [[name, self.site.relation(name).fingerprint, kind] for name, kind in self.site.relations().items()
-                if kind != "source"]  # a source keeps no copy to serve
+                if self._serves(name)]
         return {"t": "serves", "relations": rels, "cursor": self.site.cursor}
 
     # -- messages ---------------------------------------------------------------------------------
@@ -567,11 +573,16 @@ class SyncService:
             link.wanted.set()
         elif t == "pull":
             rel, since, rid = m["relation"], m["since"], m["rid"]
+            refused = None
             async with self._site_lock:
-                served = self.site.relations().get(rel, "source") != "source"
-                data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
+                served = self._serves(rel)
+                try:
+                    data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
+                except CrrError as e:  # the peer's request, not this connection, is at fault
+                    served, refused = False, str(e)
             if not served:
-                await link.send({"t": "error", "rid": rid, "message": f"this site does not serve {rel!r}"})
+                await link.send({"t": "error", "rid": rid,
+                                 "message": refused or f"this site does not serve {rel!r}"})
                 return False
             await link.send({"t": "changes", "rid": rid, "data": data})
         elif t in ("changes", "error") and m.get("rid") in link.pending:

@@ -355,3 +355,24 @@ def test_results_through_a_serve_are_the_sites_own(tmp_path):
         assert not str(e.value).startswith("SqlError")
     finally:
         _shutdown([sa], (a,))
+
+
+def test_an_aggregate_view_is_not_served_and_its_name_keeps_the_link(tmp_path, caplog):
+    """An aggregate view's rows are never replicated: its site does not offer it to peers (it was offered
+    under its hidden columns), and a peer holding a remote table of that name and those columns stays
+    connected and syncs the rest (the refused pull closed the connection, and the peer redialled in a loop)."""
+    a = _site(tmp_path, "a", ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)",
+                              "CREATE MATERIALIZED VIEW v AS SELECT b, count(*) AS n FROM r GROUP BY b"))
+    hidden = ", ".join(f'"{c.name}" {c.type}' for c in a.relation("v").columns)
+    b = _site(tmp_path, "b", ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", f"CREATE REMOTE TABLE v ({hidden})"))
+    assert "v" not in [r[0] for r in SyncService(a, SECRET)._serves_message()["relations"]]
+    sa, sb = services = _chain(a, b)
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x'), (2, 'x')")
+        assert wait_for(lambda: rows(sb, "SELECT count(*) FROM r") == [(2,)])
+        assert rows(sa, "SELECT * FROM v") == [("x", 2)]
+        time.sleep(1.0)
+        assert [p["site"] for p in sb.status()["peers"]] == ["a"]
+        assert "connection closed" not in caplog.text
+    finally:
+        _shutdown(services, (a, b))
