@@ -195,11 +195,14 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
                 elif len(owners) > 1 and not using:
                     raise SqlError(f"column {col.name} of aggregate view {name} is ambiguous: each of "
                                    f"{', '.join(owners)} has one; qualify it (e.g. {owners[0]}.{col.name})")
+        for ident in node.find_all(exp.Identifier):  # "g" and g are one column: compare them as one text
+            ident.set("quoted", True)
         return node
 
     keys: list[exp.Expression] = []
-    for g in (group.expressions if group is not None else []):
-        g = g.unnest()  # GROUP BY (g) is GROUP BY g
+    listed = [g.unnest() for g in (group.expressions if group is not None else [])]  # GROUP BY (g) is GROUP BY g
+    listed = [k for g in listed for k in (g.expressions if isinstance(g, exp.Tuple) else [g])]  # (g, x): g, x
+    for g in listed:
         if isinstance(g, exp.Literal) and g.is_int:
             pos = int(g.this)
             if not 1 <= pos <= len(query.expressions):

@@ -234,6 +234,21 @@ def test_group_keys_in_parentheses_and_ambiguous_columns() -> None:
     assert s.execute("SELECT * FROM a3") == s.execute(q) == [("a", 2)]
 
 
+def test_quoted_group_keys_and_a_tuple_of_keys_are_the_columns_they_name() -> None:
+    """"g" and g are one column to DuckDB; the view compared keys by their text and refused
+    SELECT "g", sum(x) ... GROUP BY g as if g were not grouped, and GROUP BY (g, x) too (found by a probe)."""
+    s = Site()
+    s.execute("CREATE REPLICATED TABLE t (g INTEGER, x INTEGER)")
+    queries = ['SELECT "g", sum(x) AS s FROM t GROUP BY g', 'SELECT g, sum(x) AS s FROM t GROUP BY g HAVING "g" > 1',
+               'SELECT t.g, sum("x") AS s FROM t GROUP BY "t"."g"', "SELECT g, x, count(*) AS n FROM t GROUP BY (g, x)"]
+    for i, q in enumerate(queries):
+        s.execute(f"CREATE MATERIALIZED VIEW v{i} AS {q}")
+    s.execute("INSERT INTO t VALUES (1, 2), (1, 3), (2, 5)")
+    s.execute("DELETE FROM t WHERE x = 3")
+    for i, q in enumerate(queries):
+        assert s.execute(f"SELECT * FROM v{i} ORDER BY ALL") == s.execute(f"{q} ORDER BY ALL") != [], q
+
+
 def test_aggregate_types_are_duckdbs() -> None:
     """The APP table's columns have the types DuckDB gives the query (SUM of INTEGER is HUGEINT...)."""
     s = Site()
