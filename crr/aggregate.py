@@ -295,7 +295,8 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
             raise refuse("* in an aggregate view", "list the group keys and aggregates")
         outputs.append(over_state(e.this if isinstance(e, exp.Alias) else e, "the SELECT list"))
     having = query.args.get("having")
-    having_sql = over_state(having.this, "HAVING") if having is not None else None
+    grouped_names = {k.name for k in keys if isinstance(k, exp.Column)}
+    having_sql = over_state(_with_aliases(having.this, aliases, grouped_names), "HAVING") if having is not None else None
     for node in arg_nodes + keys:
         if any(_is_aggregate_call(n) for n in node.walk()):
             raise refuse("aggregates of aggregates", "")
@@ -339,6 +340,17 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
     return AggregateSpec(name=name, core=core, groups=max(len(keys), 1), grouped=grouped, args=len(arg_nodes),
                          terms=tuple(terms), outputs=tuple(outputs), having=having_sql, key_outputs=key_outputs,
                          app_columns=tuple(app_columns))
+
+
+def _with_aliases(expr: exp.Expression, aliases: dict[str, exp.Expression], grouped: set[str]) -> exp.Expression:
+    """``expr`` (a HAVING predicate) with the SELECT list's aliases it names replaced by their
+    expressions, as DuckDB reads them (HAVING n > 1 for count(*) AS n; HAVING x > 4 for sum(x) AS x),
+    except a grouped column's name, which DuckDB reads as the column."""
+    expr = expr.copy()
+    for col in list(expr.find_all(exp.Column)):
+        if not col.table and col.name in aliases and col.name not in grouped:
+            col.replace(exp.Paren(this=aliases[col.name].copy()))
+    return expr
 
 
 def _term_value(term: AggTerm, j: int) -> str:

@@ -236,14 +236,18 @@ def test_group_keys_in_parentheses_and_ambiguous_columns() -> None:
 
 def test_quoted_group_keys_and_a_tuple_of_keys_are_the_columns_they_name() -> None:
     """"g" and g are one column to DuckDB; the view compared keys by their text and refused
-    SELECT "g", sum(x) ... GROUP BY g as if g were not grouped, and GROUP BY (g, x) too (found by a probe)."""
+    SELECT "g", sum(x) ... GROUP BY g as if g were not grouped, GROUP BY (g, x) too, and HAVING c > 1 for
+    count(*) AS c (found by a probe)."""
     s = Site()
     s.execute("CREATE REPLICATED TABLE t (g INTEGER, x INTEGER)")
     queries = ['SELECT "g", sum(x) AS s FROM t GROUP BY g', 'SELECT g, sum(x) AS s FROM t GROUP BY g HAVING "g" > 1',
-               'SELECT t.g, sum("x") AS s FROM t GROUP BY "t"."g"', "SELECT g, x, count(*) AS n FROM t GROUP BY (g, x)"]
+               'SELECT t.g, sum("x") AS s FROM t GROUP BY "t"."g"', "SELECT g, x, count(*) AS n FROM t GROUP BY (g, x)",
+               # HAVING reads the SELECT list's aliases, as DuckDB does, but a grouped column's name is the column
+               "SELECT g, count(*) AS c FROM t GROUP BY g HAVING c > 1", "SELECT g, sum(x) AS x FROM t GROUP BY g HAVING x > 4",
+               "SELECT g + 1 AS g, count(*) AS c FROM t GROUP BY g HAVING g > 1"]
     for i, q in enumerate(queries):
         s.execute(f"CREATE MATERIALIZED VIEW v{i} AS {q}")
-    s.execute("INSERT INTO t VALUES (1, 2), (1, 3), (2, 5)")
+    s.execute("INSERT INTO t VALUES (1, 2), (1, 3), (1, 4), (2, 5)")
     s.execute("DELETE FROM t WHERE x = 3")
     for i, q in enumerate(queries):
         assert s.execute(f"SELECT * FROM v{i} ORDER BY ALL") == s.execute(f"{q} ORDER BY ALL") != [], q
