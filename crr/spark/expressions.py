@@ -1,4 +1,4 @@
-"""View expressions on a Spark site: DuckDB's values, or a refusal when the view is declared.
+r"""View expressions on a Spark site: DuckDB's values, or a refusal when the view is declared.
 
 A Spark site runs the compiler's plans, which are DuckDB SQL, transpiled to Spark SQL by sqlglot.
 Most expressions mean the same in both engines. Some do not, and a view holding one would compute
