@@ -153,6 +153,11 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
                            ("qualify", "QUALIFY"), ("windows", "WINDOW clauses")):
         if query.args.get(arg):
             raise refuse(construct, "order or limit when you read the view instead")
+    if query.args.get("with_") or query.args.get("with"):
+        raise refuse("WITH (common table expressions)", "create the inner query as its own materialized view and "
+                     "aggregate over it")
+    if query.find(exp.Placeholder, exp.Parameter) is not None:  # in WHERE too (SELECT and HAVING: over_state)
+        raise refuse("parameters (? or $n)", "a view definition is fixed; write the value")
     distinct = query.args.get("distinct")
     if distinct is not None:
         raise refuse("SELECT DISTINCT in an aggregate view", "group by the columns instead")

@@ -302,6 +302,8 @@ def test_aggregate_survives_reopen(tmp_path) -> None:
     ("SELECT g, (SELECT max(x) FROM t) FROM t", "subquer"),  # not an aggregate view: its subquery aggregates
     ("SELECT g, avg(make_date(2020, 1, x)) FROM t GROUP BY g", "AVG of a DATE"),  # was DuckDB's BinderException
     ("SELECT 10 // count(*) AS q FROM t", "view v cannot be maintained"),  # was DuckDB's InvalidInputException
+    ("WITH q AS (SELECT g FROM t) SELECT g, count(*) FROM q GROUP BY g", "WITH"),  # was 'not a crr relation'
+    ("SELECT g, count(*) FROM t WHERE x > ? GROUP BY g", "parameters"),
 ])
 def test_unsupported_aggregates_are_refused_by_name(query: str, named: str) -> None:
     s = Site()
