@@ -25,16 +25,16 @@ pyspark = pytest.importorskip("pyspark")
 from crr.spark import SparkSite  # noqa: E402
 
 TABLE = ("(k INTEGER PRIMARY KEY, i INTEGER, j BIGINT, s VARCHAR, f DOUBLE, d DATE, ts TIMESTAMP, "
-         "m DECIMAL(10,2), b BOOLEAN, z INTEGER)")
+         "m DECIMAL(10,2), b BOOLEAN, z INTEGER, g DOUBLE)")
 ROWS = """
- (1, 1, 10, 'abc', 2.5, DATE '2024-02-29', TIMESTAMP '2024-02-29 13:45:10', 12.35, true, 0),
- (2, -7, -3, 'Ünïcode ß', -2.5, DATE '1999-12-31', TIMESTAMP '1999-12-31 23:59:59.123456', -0.05, false, 3),
- (3, 0, 0, '', 0.0, DATE '2000-01-01', TIMESTAMP '2000-01-01 00:00:00', 0, NULL, -2),
- (4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
- (5, 3, 7, 'a,b,,c', 0.5, DATE '2024-12-31', TIMESTAMP '2024-06-15 12:00:00', 1.5, false, 1),
- (6, -21483, 5, '42', -0.125, DATE '2024-03-03', TIMESTAMP '2024-03-03 03:03:03', -1.5, true, 7),
- (7, 5, 9, 'bcd', 1.5, DATE '2023-01-01', TIMESTAMP '2023-01-01 23:00:00', 2.5, true, -4),
- (8, 4, 1, 'a' || chr(13) || 'c', 0.7, DATE '2023-01-07', TIMESTAMP '2024-03-31 02:30:00', 0.5, false, 2)
+ (1, 1, 10, 'abc', 2.5, DATE '2024-02-29', TIMESTAMP '2024-02-29 13:45:10', 12.35, true, 0, CAST('NaN' AS DOUBLE)),
+ (2, -7, -3, 'Ünïcode ß', -2.5, DATE '1999-12-31', TIMESTAMP '1999-12-31 23:59:59.123456', -0.05, false, 3, CAST('Infinity' AS DOUBLE)),
+ (3, 0, 0, '', 0.0, DATE '2000-01-01', TIMESTAMP '2000-01-01 00:00:00', 0, NULL, -2, -1.5),
+ (4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+ (5, 3, 7, 'a,b,,c', 0.5, DATE '2024-12-31', TIMESTAMP '2024-06-15 12:00:00', 1.5, false, 1, CAST('-Infinity' AS DOUBLE)),
+ (6, -21483, 5, '42', -0.125, DATE '2024-03-03', TIMESTAMP '2024-03-03 03:03:03', -1.5, true, 7, 0.0),
+ (7, 5, 9, 'bcd', 1.5, DATE '2023-01-01', TIMESTAMP '2023-01-01 23:00:00', 2.5, true, -4, CAST('NaN' AS DOUBLE)),
+ (8, 4, 1, 'a' || chr(13) || 'c', 0.7, DATE '2023-01-07', TIMESTAMP '2024-03-31 02:30:00', 0.5, false, 2, 2.5)
 """
 # expressions rewritten for Spark (division, casts to integers, days of the week) and ones that agree as
 # they are; each view keeps k so that a row's values are compared with the same row's
@@ -44,7 +44,8 @@ VIEWS = {
             "TRY_CAST(f AS SMALLINT) AS c4, CAST(b AS INTEGER) AS c5, i // 3 AS d1, i % 3 AS d2, -i AS n1, "
             "abs(f) AS n2, round(f) AS n3, round(m, 1) AS n4, floor(m) AS n5, sqrt(abs(f)) AS n6, "
             "CAST(m AS DOUBLE) AS n7, i & 6 AS n8, sign(f) AS n9, f * 3 - 1 AS n10, f % z AS n11, "
-            "TRY_CAST(f * 1e10 AS INTEGER) AS c6 FROM t",
+            "TRY_CAST(f * 1e10 AS INTEGER) AS c6, sign(g) AS n12, g / z AS q7, round(g) AS n13, g % 3 AS n14, "
+            "g > 1 AS n15 FROM t",
     "texts": "SELECT k, s || '!' AS t1, concat(s, 'x') AS t2, length(s) AS t3, substring(s, 2, 3) AS t4, "
              "left(s, 2) AS t5, right(s, 2) AS t6, trim(s) AS t7, replace(s, 'a', 'X') AS t8, lpad(s, 6, '*') AS t9, "
              "strpos(s, 'b') AS t10, starts_with(s, 'a') AS t11, regexp_matches(s, '^[a-z]+') AS t12, "
@@ -107,7 +108,7 @@ def test_spark_views_compute_duckdbs_values(spark, tmp_path):
     site.close()
     site = SparkSite(spark, str(tmp_path / "cloud"))
     duck.execute("INSERT INTO t VALUES (9, 9, 9, 'b', -0.5, DATE '2023-01-02', TIMESTAMP '2023-01-02 10:00:00', "
-                 "-2.5, NULL, 0)")
+                 "-2.5, NULL, 0, CAST('NaN' AS DOUBLE))")
     site.merge(duck.changes(since=cursor).to_bytes())
     for name in VIEWS:
         assert _exact(site.table(name).collect()) == _exact(duck.execute(f"SELECT * FROM {name}")), name

@@ -467,9 +467,10 @@ def _ieee_mod(node: exp.Mod) -> exp.Expression:
 
 def _float_sign(node: exp.Sign) -> exp.Expression:
     """sign(x) of a DOUBLE as DuckDB computes it: -1, 0 or 1 as a TINYINT, 0 for NaN (Spark's is a
-    DOUBLE, NaN for NaN)."""
+    DOUBLE, NaN for NaN). NaN is tested first: both engines order it above every number."""
     x = node.this
-    return exp.Cast(this=exp.Case(ifs=[exp.If(this=exp.GT(this=x.copy(), expression=exp.Literal.number(0)),
+    return exp.Cast(this=exp.Case(ifs=[exp.If(this=exp.IsNan(this=x.copy()), true=exp.Literal.number(0)),
+                                       exp.If(this=exp.GT(this=x.copy(), expression=exp.Literal.number(0)),
                                               true=exp.Literal.number(1)),
                                        exp.If(this=exp.LT(this=x.copy(), expression=exp.Literal.number(0)),
                                               true=exp.Literal.number(-1)),
