@@ -129,6 +129,9 @@ def type_family(duckdb_type: str) -> TypeFamily:
         return TypeFamily.DECIMAL
     if t in _SIMPLE:
         return _SIMPLE[t]
+    if t.strip('"') == "NULL":
+        raise TypeMismatchError("a column of a bare NULL has no type crr can store; write CAST(NULL AS <type>) "
+                                "(and count(x) or sum(CAST(NULL AS INTEGER)) in an aggregate)")
     raise TypeMismatchError(
         f"column type {duckdb_type} is not supported by crr; use one of: {SUPPORTED_TYPES_TEXT}"
     )

@@ -304,6 +304,8 @@ def test_aggregate_survives_reopen(tmp_path) -> None:
     ("SELECT 10 // count(*) AS q FROM t", "view v cannot be maintained"),  # was DuckDB's InvalidInputException
     ("WITH q AS (SELECT g FROM t) SELECT g, count(*) FROM q GROUP BY g", "WITH"),  # was 'not a crr relation'
     ("SELECT g, count(*) FROM t WHERE x > ? GROUP BY g", "parameters"),
+    ("SELECT g, count(NULL) FROM t GROUP BY g", r"bare NULL .* CAST\(NULL AS <type>\)"),  # was 'column type "NULL"'
+    ("SELECT g, NULL AS n FROM t", "bare NULL"),
 ])
 def test_unsupported_aggregates_are_refused_by_name(query: str, named: str) -> None:
     s = Site()
