@@ -408,9 +408,17 @@ def create_sql(spec: AggregateSpec, core_columns: Columns) -> list[str]:
         stmts.append(f"INSERT INTO {spec.state_table()} VALUES (0, {zeros}, false)")
     app = ", ".join(f"{quote_ident(n)} {t}" for n, t in spec.app_columns)
     stmts.append(f"CREATE TABLE main.{quote_ident(spec.name)} ({app})")
-    if not spec.grouped:  # SQL's one row over no rows (COUNT 0, the rest NULL), unless HAVING drops it
-        stmts.append(app_insert_sql(spec, None))
     return stmts
+
+
+def empty_view_sql(spec: AggregateSpec) -> str | None:
+    """For a view without GROUP BY: the INSERT of SQL's one row over no rows (COUNT 0, the rest NULL,
+    unless HAVING drops it), run after the view is first filled and only while no row reached it (a
+    filled view has its row from the fill: over data, ``10 // count(*)`` is defined where it is not
+    over no rows)."""
+    if spec.grouped:
+        return None
+    return app_insert_sql(spec, None) + (" AND" if spec.having else " WHERE") + " s.n = 0"
 
 
 def state_merge_sql(spec: AggregateSpec, delta: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from crr import colocated, replica
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
+from crr.aggregate import empty_view_sql as aggregate_empty_view_sql
 from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELETE_SQL, STORED_UPDATE_SQL,
                          Relation, aug_ddl, describe_query_sql, drop_ddl, relation_insert_sql, relation_row,
                          kind_text, stand_in_drop_sql, stand_in_view_sql)
@@ -106,11 +107,14 @@ def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:
             state.con.execute(STORED_UPDATE_SQL, [source.name])
         _add_relation(state, rel)
         if spec is not None:
-            with view_errors(rel.name):  # the empty view's row of a query without GROUP BY may fail (10 // count(*))
-                for ddl in aggregate_create_sql(spec, plan.columns):
-                    state.con.execute(ddl)
+            for ddl in aggregate_create_sql(spec, plan.columns):
+                state.con.execute(ddl)
         state.stage(state.rels.with_(*to_store, rel))
         _populate(state, rel)
+        empty_row = aggregate_empty_view_sql(spec) if spec is not None else None
+        if empty_row is not None:
+            with view_errors(rel.name):  # over no rows the query may fail (10 // count(*)), as DuckDB's would
+                state.con.execute(empty_row)
         state.save_counters()
     return []
 
