@@ -160,26 +160,15 @@ def _name_projections(tree: exp.Expression, names: list[str]) -> None:
 
 
 class _Types:
-    """DuckDB's type family of an expression inside a view query, found by describing it."""
+    """DuckDB's type of an expression inside a view query, found by describing it over the FROM
+    clause of the SELECT holding it."""
 
     def __init__(self, describe: Describe) -> None:
         self._describe = describe
 
     def of(self, node: exp.Expression) -> TypeFamily | None:
         """The family of DuckDB's type of ``node``, or None when it has none crr stores."""
-        probe = exp.select(node.copy().as_("_crr_x"))
-        select = node.find_ancestor(exp.Select)
-        if select is None or isinstance(node, exp.Literal):
-            return self._family(probe)
-        source = select.args.get("from_") or select.args.get("from")
-        if source is not None:
-            probe.set("from_" if "from_" in exp.Select.arg_types else "from", source.copy())
-        probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
-        return self._family(probe)
-
-    def target(self, to: exp.DataType) -> TypeFamily | None:
-        """The family of a CAST's target type, by DuckDB's name of it."""
-        return self._family(exp.select(exp.Cast(this=exp.Null(), to=to.copy())))
+        return _family_of(self.name_of(node))
 
     def name_of(self, node: exp.Expression) -> str | None:
         """DuckDB's name of the type of ``node`` (``DECIMAL(10,2)``), or None when it cannot say."""
@@ -192,13 +181,6 @@ class _Types:
             probe.set("joins", [j.copy() for j in select.args.get("joins") or []])
         try:
             return self._describe(probe.sql("duckdb"))[0][1].upper()
-        except CrrError:
-            return None
-
-    def _family(self, probe: exp.Select) -> TypeFamily | None:
-        try:
-            columns = self._describe(probe.sql("duckdb"))
-            return type_family(columns[0][1])
         except CrrError:
             return None
 
