@@ -80,18 +80,18 @@ class _Refused(CrrError):
 
 
 def spark_view_query(view: str, query: exp.Expression, describe: Describe, refuse: bool = True,
-                     names: list[str] | None = None) -> exp.Expression:
+                     columns: list[tuple[str, str]] | None = None) -> exp.Expression:
     """Return ``query`` as a Spark site compiles it: a copy whose divisions, casts to integers and
     days of the week are written so that Spark computes DuckDB's values; raise UnsupportedSqlError
     naming the first expression a Spark site would compute otherwise. ``describe(sql)`` gives the
     output columns DuckDB derives for a query over the site's relations. ``refuse=False`` (a view
     stored before these checks, compiled again when its site opens) rewrites and refuses nothing else.
-    ``names``, the view's column names, alias the first branch's projections, so that a rewritten
-    expression keeps the name DuckDB gave the original. ``query`` itself comes back when nothing
+    ``columns``, the view's (name, DuckDB type) as compiled, alias the first branch's projections, so
+    that a rewritten expression keeps the name DuckDB gave the original, and type a UNION's columns. ``query`` itself comes back when nothing
     needs rewriting."""
     tree = query.copy()
-    if names is not None:
-        _name_projections(tree, names)
+    if columns is not None:
+        _name_projections(tree, [n for n, _ in columns])
     types = _Types(describe)
     rewrites: list[tuple[exp.Expression, exp.Expression]] = []
     for node in tree.walk():
@@ -107,7 +107,7 @@ def spark_view_query(view: str, query: exp.Expression, describe: Describe, refus
         if new is not None:
             rewrites.append((node, new))
     if refuse and isinstance(tree, exp.Union):
-        _check_union_conversions(view, tree, describe, types)
+        _check_union_conversions(view, tree, columns if columns is not None else _described(tree, describe), types)
     if not rewrites:
         return query
     for node, new in reversed(rewrites):  # innermost first: an outer rewrite copies rewritten children
@@ -115,14 +115,18 @@ def spark_view_query(view: str, query: exp.Expression, describe: Describe, refus
     return tree
 
 
-def _check_union_conversions(view: str, tree: exp.Union, describe: Describe, types: "_Types") -> None:
-    """Refuse a UNION whose branches' columns convert to the view's column types otherwise on Spark
-    (the compiler casts each branch's columns to the union's types: a DOUBLE beside VARCHAR prints
-    '1e+20' in DuckDB, '1.0E20' on Spark)."""
+def _described(tree: exp.Expression, describe: Describe) -> list[tuple[str, str]]:
+    """The columns DuckDB derives for ``tree``, none when it cannot say."""
     try:
-        columns = describe(tree.sql("duckdb"))
+        return describe(tree.sql("duckdb"))
     except CrrError:
-        return
+        return []
+
+
+def _check_union_conversions(view: str, tree: exp.Union, columns: list[tuple[str, str]], types: "_Types") -> None:
+    """Refuse a UNION whose branches' columns convert to the view's column types (``columns``) otherwise
+    on Spark (the compiler casts each branch's columns to the union's types: a DOUBLE beside VARCHAR
+    prints '1e+20' in DuckDB, '1.0E20' on Spark)."""
     branches, stack = [], [tree]
     while stack:
         node = stack.pop()
@@ -165,6 +169,7 @@ class _Types:
 
     def __init__(self, describe: Describe) -> None:
         self._describe = describe
+        self._known: dict[int, str | None] = {}  # by node: a node's type is asked by several checks
 
     def of(self, node: exp.Expression) -> TypeFamily | None:
         """The family of DuckDB's type of ``node``, or None when it has none crr stores."""
@@ -172,6 +177,11 @@ class _Types:
 
     def name_of(self, node: exp.Expression) -> str | None:
         """DuckDB's name of the type of ``node`` (``DECIMAL(10,2)``), or None when it cannot say."""
+        if id(node) not in self._known:
+            self._known[id(node)] = self._describe_type(node)
+        return self._known[id(node)]
+
+    def _describe_type(self, node: exp.Expression) -> str | None:
         probe = exp.select(node.copy().as_("_crr_x"))
         select = node.find_ancestor(exp.Select)
         if select is not None and not isinstance(node, exp.Literal):

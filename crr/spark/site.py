@@ -382,7 +382,7 @@ class SparkSite:
             except duckdb.Error as e:
                 raise SqlError(f"invalid view query: {str(e).splitlines()[0]}") from None
         plan = compile_view(name, tree, columns, describe)  # the query's own errors first
-        spark_tree = spark_view_query(name, tree, describe, refuse, names=[n for n, _ in plan.columns])
+        spark_tree = spark_view_query(name, tree, describe, refuse, columns=plan.columns)
         return plan if spark_tree is tree else compile_view(name, spark_tree, columns, describe)
 
     def _create_view(self, stmt: CreateView) -> list[tuple]:
