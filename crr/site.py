@@ -9,10 +9,9 @@ hands each call to the module that does the work, with the state they share
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import uuid
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Iterable
 
 import duckdb
 
@@ -25,6 +24,7 @@ from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
 from crr.errors import CatalogError, CrrError, SiteError, SqlError
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
+from crr.one_thread import one_thread_at_a_time
 from crr.prepared import Prepared
 from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
@@ -43,17 +43,9 @@ def _clock_skew(seconds: object) -> float:
     return skew
 
 
-T = TypeVar("T")
-
-
-def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
-    """Run a :class:`Site` method holding its state's lock: threads sharing one Site take turns (a
-    second thread waits for the first's statement, merge or read to finish)."""
-    @functools.wraps(method)
-    def run(self: "Site", *args: Any, **kwargs: Any) -> T:
-        with self._state.lock:
-            return method(self, *args, **kwargs)
-    return run
+# threads sharing one Site take turns on its state's lock (a second thread waits for the first's
+# statement, merge or read to finish)
+_one_thread_at_a_time = one_thread_at_a_time(lambda site: site._state.lock)
 
 
 class Site:

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import re
 import threading
 import uuid
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, Iterator
 
 import duckdb
 import pyarrow as pa
@@ -37,6 +36,7 @@ from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
 from crr.merge import allowed_skew, grown_lineage, held_relations
+from crr.one_thread import one_thread_at_a_time
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
 from crr.spark.expressions import spark_view_query
@@ -68,20 +68,14 @@ def spark_errors() -> Iterator[None]:
             from None
 
 
-T = TypeVar("T")
 # statements only crr reads (a Spark site does not pass them on to Spark when crr cannot read them)
 _CRR_DDL = re.compile(r"\s*(create\s+(or\s+replace\s+)?(materialized\s+view|replicated\s+table|remote\s+(table|source))"
                       r"|drop\s+(materialized\s+view|replicated\s+table|remote\s+(table|source)))\b", re.I)
 
 
-def _one_thread_at_a_time(method: Callable[..., T]) -> Callable[..., T]:
-    """Run a :class:`SparkSite` method holding the site's lock: threads sharing one site take turns (two
-    merges at once would each commit over the same manifest, and one would be lost)."""
-    @functools.wraps(method)
-    def run(self: "SparkSite", *args: Any, **kwargs: Any) -> T:
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return run
+# threads sharing one SparkSite take turns on its lock (two merges at once would each commit over the
+# same manifest, and one would be lost)
+_one_thread_at_a_time = one_thread_at_a_time(lambda site: site._lock)
 
 
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
