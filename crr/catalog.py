@@ -52,6 +52,7 @@ Storage layout of one site (all inside one DuckDB file):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
@@ -63,6 +64,7 @@ from typing import TYPE_CHECKING
 from crr.errors import CatalogError
 from crr.types import Column, quote_ident
 from crr.sql.compile import ViewPlan
+from crr.sql.parse import canonical_sql
 from crr.sql.statements import RelationKind
 
 if TYPE_CHECKING:
@@ -134,6 +136,21 @@ class Relation:
     # refused unless the source is a replicated table with that key (crr.merge.check_schema).
     # Stored in the catalog's ``key`` column, which a remote relation does not otherwise use.
     declared_key: list[str] = field(default_factory=list)
+    # a remote table's or source's: the :func:`definition_id` of the view whose rows it holds, learned
+    # from the first changeset bringing a view's rows (None until then). A changeset of rows of
+    # another definition of the view (dropped and declared again at its source) is refused
+    # (crr.merge.check_schema). Stored in the catalog's ``definition`` column, which a remote
+    # relation does not otherwise use.
+    copied_definition: str | None = None
+
+    @property
+    def definition_id(self) -> str | None:
+        """Which definition of a view this relation's rows follow, as changesets state it: a view's own
+        (:func:`definition_id` of its query), a remote copy's learned one (``copied_definition``), None
+        for a replicated table or a copy that has received no view's rows."""
+        if self.kind is RelationKind.VIEW:
+            return definition_id(self.definition or "")
+        return self.copied_definition
 
     @property
     def narrow(self) -> bool:
@@ -351,6 +368,15 @@ def aug_name(position: int) -> str:
     return f"c{position}"
 
 
+@functools.lru_cache(maxsize=256)
+def definition_id(query: str) -> str:
+    """The id of a view definition: a hash of its query's canonical text (:func:`crr.sql.parse.canonical_sql`),
+    so sites that declare a view with the same query, spaced, cased or commented otherwise, state the
+    same id, and a view dropped and declared again with another query states another (so does the same
+    query written with other redundant parentheses: sqlglot keeps them)."""
+    return hashlib.sha256(canonical_sql(query).encode()).hexdigest()[:32]
+
+
 def schema_fingerprint(columns: list[Column]) -> str:
     """A short stable hash of column names and types."""
     text = json.dumps([[c.name, c.type] for c in columns])
@@ -396,6 +422,10 @@ NEXT_POSITION_SQL = f"SELECT coalesce(max(position), 0) + 1 FROM {SCHEMA}.relati
 
 RELATION_DELETE_SQL = f"DELETE FROM {SCHEMA}.relations WHERE name = ?"
 """Remove a relation's catalog row: parameter (name)."""
+
+COPIED_DEFINITION_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET definition = ? WHERE name = ?"
+"""Record the view definition a remote table's or source's rows follow (:attr:`Relation.copied_definition`):
+parameters (definition id, name)."""
 
 STORED_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?"
 """Mark a remote source as keeping its tuples (a join over it is declared): parameter (name)."""
@@ -443,7 +473,8 @@ CATALOG_ROWS_SQL = f"SELECT {CATALOG_COLUMNS} FROM {SCHEMA}.relations ORDER BY p
 def relation_row(rel: Relation, position: int) -> list:
     """The catalog row of a relation."""
     return [rel.name, rel.kind.value, json.dumps([[c.name, c.type] for c in rel.columns]), json.dumps(rel.stated_key),
-            json.dumps(rel.not_null), rel.definition, json.dumps(sorted(rel.lineage)), rel.wide, position,
+            json.dumps(rel.not_null), rel.copied_definition if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE)
+            else rel.definition, json.dumps(sorted(rel.lineage)), rel.wide, position,
             rel.stored, rel.derived, rel.colocated, rel.orphans]
 
 
@@ -459,7 +490,8 @@ def relation_from_row(row: tuple) -> Relation:
     key = json.loads(key)
     return Relation(name=name, kind=kind, columns=[Column(n, t) for n, t in json.loads(columns)],
                     key=[] if remote else key, declared_key=key if remote else [],
-                    not_null=json.loads(not_null), definition=definition,
+                    not_null=json.loads(not_null), definition=None if remote else definition,
+                    copied_definition=definition if remote else None,
                     lineage=frozenset(json.loads(lineage)), wide=bool(wide), stored=bool(stored),
                     derived=bool(derived), colocated=colocated, orphans=orphans)
 

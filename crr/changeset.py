@@ -7,7 +7,7 @@ monomial comes with its tuple's values, and every causal-length change of a held
 with the tuple. Merging a changeset is a lattice join, so any changeset can be merged any number
 of times, in any order, at any site.
 
-Byte layout (``to_bytes``), format version 2::
+Byte layout (``to_bytes``), format version 3::
 
     b"CRRCS" | version (1 byte) | blake2b-128 digest of body (16 bytes) | body
 
@@ -65,13 +65,15 @@ from crr.errors import CatalogError, ChangesetError, CrrError
 from crr.types import quote_ident
 
 MAGIC = b"CRRCS"
-FORMAT_VERSION = 2  # 2: positional tuple columns, ``not_null``, strict validation
+FORMAT_VERSION = 3  # 2: positional tuple columns, ``not_null``, strict validation; 3: ``definition``
 _HEADER = len(MAGIC) + 1 + 16
 MAX_BYTES = 1 << 30  # default largest changeset from_bytes accepts (decoded tables are no larger)
 _MAX_INT = (1 << 63) - 1
 
 _BODY_KEYS = ("source", "since", "cursor", "relations", "cl")
-_RELATION_KEYS = ("name", "kind", "columns", "key", "not_null", "fingerprint", "lineage", "tuples", "monos")
+_RELATION_KEYS = ("name", "kind", "columns", "key", "not_null", "fingerprint", "lineage", "tuples", "monos",
+                  "definition")
+MAX_DEFINITION = 64  # characters of a relation's ``definition`` id
 
 UHUGEINT = pa.opaque(pa.binary(16), "uhugeint", "DuckDB")  # how DuckDB exports UHUGEINT
 _HUGEINT = pa.opaque(pa.binary(16), "hugeint", "DuckDB")
@@ -107,6 +109,8 @@ class RelationChanges:
     tuples: pa.Table  # base: (id, c0, c1, ...); derived: (vid, c0, c1, ...), user columns by position
     monos: pa.Table | None = None  # derived: (vid, ids)
     not_null: list[str] = field(default_factory=list)  # the columns the source declares NOT NULL
+    # derived: the id of the view definition whose rows these are (crr.catalog.definition_id), None if unknown
+    definition: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.kind, str) and self.kind in ("base", "derived"):
@@ -158,6 +162,7 @@ class Changeset:
                 "name": r.name, "kind": getattr(r.kind, "value", r.kind), "columns": [list(c) for c in r.columns], "key": list(r.key),
                 "not_null": list(r.not_null), "fingerprint": r.fingerprint, "lineage": list(r.lineage),
                 "tuples": _ipc(r.tuples), "monos": _ipc(r.monos) if r.monos is not None else None,
+                "definition": r.definition,
             } for r in self.relations],
             "cl": _ipc(self.cl) if self.cl is not None else None,
         }, use_bin_type=True)
@@ -315,7 +320,14 @@ def _validate_relation(rc: RelationChanges) -> None:
     for i, t in enumerate(types):
         expected.append((f"c{i}", _column_types(t, f"{where}: column {i} ({quote_ident(names[i])})")))
     _check_table(rc.tuples, f"{where}: tuples", expected, non_null=(idcol,), unique=idcol)
+    if rc.definition is not None:
+        _typed(rc.definition, str, f"{where}: definition")
+        if not 0 < len(rc.definition) <= MAX_DEFINITION:
+            raise ChangesetError(f"malformed changeset: {where}: definition should be 1 to {MAX_DEFINITION} "
+                                 f"characters, got {len(rc.definition)}")
     if kind is ChangeKind.BASE:
+        if rc.definition is not None:
+            raise ChangesetError(f"malformed changeset: {where} is a base relation but states a view definition")
         if rc.monos is not None:
             raise ChangesetError(f"malformed changeset: {where} is a base relation but carries monomials")
     else:
@@ -345,7 +357,7 @@ def _decode(doc: object, version: int) -> Changeset:
             key=_strings(r["key"], f"{where}: key"), fingerprint=_typed(r["fingerprint"], str, f"{where}: fingerprint"),
             lineage=_strings(r["lineage"], f"{where}: lineage"), tuples=_read_table(r["tuples"], f"{where}: tuples"),
             monos=_read_table(r["monos"], f"{where}: monomials") if r["monos"] is not None else None,
-            not_null=_strings(r["not_null"], f"{where}: not_null")))
+            not_null=_strings(r["not_null"], f"{where}: not_null"), definition=r["definition"]))
     return Changeset(source=_typed(doc["source"], str, "source"), since=_count(doc["since"], "since"),
                      cursor=_count(doc["cursor"], "cursor"), relations=out,
                      cl=_read_table(doc["cl"], "causal lengths") if doc["cl"] is not None else None,

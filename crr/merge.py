@@ -141,6 +141,7 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
         raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
                                   "at the source; a replicated table merges only replicas of itself")
     _check_key(rel, rc)
+    _check_definition(rel, rc)
     extra = [c for c in rel.not_null if c not in rc.not_null]
     if extra:
         # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
@@ -174,6 +175,27 @@ def _check_key(rel: Relation, rc: RelationChanges) -> None:
             f"schema mismatch for relation {rel.name}: this site declares {said(mine)}, the changeset's source "
             f"has {said(theirs)}; declare {rel.name} with the source's key"
             f"{'' if rel.is_base else ' (or, for a remote table, none)'}")
+
+
+def _check_definition(rel: Relation, rc: RelationChanges) -> None:
+    """Refuse a view's rows of another definition than the rows a remote copy holds (see
+    :attr:`crr.catalog.Relation.copied_definition`): merged beside them, rows the old query derived
+    would stay although the view no longer has them."""
+    if rc.kind is ChangeKind.DERIVED and rc.definition is not None and rel.copied_definition is not None \
+            and rc.definition != rel.copied_definition:
+        raise SchemaMismatchError(
+            f"relation {rel.name}: the changeset brings rows of another definition of the view {rel.name} than "
+            f"the rows this site holds (the view was dropped and declared again with another query at its "
+            f"source, or sites declare it with different queries); to follow the changeset's definition, drop "
+            f"{rel.name} here (and the views reading it) and declare it again")
+
+
+def learned_definitions(held: list[tuple[Relation, RelationChanges]]) -> dict[str, str]:
+    """The remote tables and sources that receive a view's rows stating a definition for the first
+    time, with that definition's id (:attr:`crr.catalog.Relation.copied_definition`)."""
+    return {rel.name: rc.definition for rel, rc in held
+            if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and rc.kind is ChangeKind.DERIVED
+            and rc.definition is not None and rel.copied_definition is None}
 
 
 def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, frozenset[str]]:

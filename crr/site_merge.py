@@ -14,13 +14,14 @@ import dataclasses
 import json
 
 from crr import replica
-from crr.catalog import Relation
+from crr.catalog import COPIED_DEFINITION_UPDATE_SQL, Relation
 from crr.causal import KeyHashSource
 from crr.changeset import Changeset, RelationChanges, received
 from crr.cte import CteWrite, cte_values
 from crr.maintain import BatchResult
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
-                       MergeResult, changeset_errors, grown_lineage, held_relations, newly_derived, plan_merge,
+                       MergeResult, changeset_errors, grown_lineage, held_relations, learned_definitions,
+                       newly_derived, plan_merge,
                        allowed_skew, received_entries, tracked_cursors_sql, tuple_columns)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
@@ -59,6 +60,11 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
                         state.note_unchecked_entries()
                 state.stage(state.rels.with_(*now))
                 state.con.executemany(DERIVED_UPDATE_SQL, [[n] for n in derived])
+            learned = learned_definitions(held)
+            if learned:
+                state.stage(state.rels.with_(*(dataclasses.replace(state.rels[n], copied_definition=d)
+                                               for n, d in learned.items())))
+                state.con.executemany(COPIED_DEFINITION_UPDATE_SQL, [[d, n] for n, d in learned.items()])
             if grown or derived:
                 state.uncolocate(state.rels)
             batch = plan_merge(state.con, state.rels, cs, held, inputs, _skew(state))

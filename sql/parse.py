@@ -45,6 +45,13 @@ def parse_one(sql: str) -> exp.Expression:
     return _lower_identifiers(trees[0])
 
 
+def canonical_sql(sql: str) -> str:
+    """One text for a statement however it was written: identifiers folded and quoted, comments
+    dropped, sqlglot's spacing and keyword case (two definitions of a view that DuckDB reads alike,
+    written with other spacing or letter case, give the same text)."""
+    return parse_one(sql).sql(DIALECT, identify=True, comments=False)
+
+
 def _near(error: Exception) -> str:
     """`` near '<token>'`` for a ParseError that says where it stopped, else ''."""
     found = [e.get("highlight") for e in getattr(error, "errors", []) if e.get("highlight")]

@@ -336,7 +336,9 @@ def test_size_limit_is_configurable(seeds, monkeypatch):
         crr.Site().merge(data)
 
 
-@pytest.mark.parametrize("version, text", [(1, "older crr .* upgrade the older site"), (3, "newer crr .* upgrade this site")])
+@pytest.mark.parametrize("version, text", [(1, "older crr .* upgrade the older site"),
+                                                    (2, "older crr .* upgrade the older site"),
+                                                    (4, "newer crr .* upgrade this site")])
 def test_other_format_versions_are_refused_with_what_to_upgrade(seeds, version, text):
     with pytest.raises(crr.ChangesetError, match=text):
         crr.Changeset.from_bytes(_forge(_body(seeds[0]), version))
@@ -345,12 +347,12 @@ def test_other_format_versions_are_refused_with_what_to_upgrade(seeds, version, 
 def test_not_null_travels_in_the_body():
     a, _ = _pair()
     cs = a.changes(relations=["t"])
-    assert cs.version == 2 and changeset.FORMAT_VERSION == 2
+    assert cs.version == 3 and changeset.FORMAT_VERSION == 3
     cs.relations[0].not_null = ["v"]
     data = cs.to_bytes()
     assert _body(data)["relations"][0]["not_null"] == ["v"]
     assert crr.Changeset.from_bytes(data).relations[0].not_null == ["v"]
-    assert [f.name for f in fields(changeset.RelationChanges)][-2:] == ["monos", "not_null"]
+    assert [f.name for f in fields(changeset.RelationChanges)][-3:] == ["monos", "not_null", "definition"]
 
 
 def test_any_user_column_names_are_accepted(seeds):
@@ -403,6 +405,10 @@ def _mutate(**edits):
     (_mutate(extra=1), "has unknown keys 'extra'"),
     (lambda d: d.pop("cl"), "lacks cl"),
     (_mutate(t__fingerprint=b"\xff"), "fingerprint should be str, got bytes"),
+    (_mutate(t__definition="ab12"), 'relation "t" is a base relation but states a view definition'),
+    (_mutate(w__definition=7), 'relation "w": definition should be str, got int'),
+    (_mutate(w__definition="f" * 65), 'relation "w": definition should be 1 to 64 characters, got 65'),
+    (lambda d: _rel(d, "w").pop("definition"), 'lacks definition'),
     (_mutate(p__lineage=["p", "p"]), "lineage 'p' appears twice"),
     (_mutate(cl=lambda s: fz.write_ipc(fz.read_ipc(s).rename_columns(["id", "rel", "cl", "kh", "stmp"]))),
      "causal lengths: column 4 is named 'stmp'"),

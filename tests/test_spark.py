@@ -247,6 +247,9 @@ def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
         cols = ", ".join(f'"{c.name}" {c.type}' for c in duck.relation(name).columns)
         copies.execute(f"CREATE REMOTE TABLE {name} ({cols})")
     full = sp.changes().to_bytes()
+    # its views state the definitions a DuckDB site's do, so copies may take rows from either
+    assert ({rc.name: rc.definition for rc in crr.Changeset.from_bytes(full).relations if rc.name in VIEWS}
+            == {rc.name: rc.definition for rc in duck.changes().relations if rc.name in VIEWS})
     fresh.merge(full)
     copies.merge(full)
     assert {n: _duck(fresh, n) for n in READ if n != "src"} == {n: v for n, v in expected.items() if n != "src"}
@@ -258,6 +261,29 @@ def test_spark_site_matches_duckdb_site(spark, tmp_path, seed):
     fresh.merge(sp.changes(since=cursor).to_bytes())
     assert _duck(fresh, "join2") == _spark_rows(sp, "join2")
     assert (11, "p", 9.5) in _duck(fresh, "r")
+    sp.close()
+
+
+def test_a_spark_copy_refuses_the_rows_of_a_view_declared_again_with_another_query(spark, tmp_path):
+    """As at a DuckDB site (tests/test_view_definitions.py): the copy keeps following the definition
+    it holds rows of, across a restart, until it is declared again, which also restarts its cursor."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, s VARCHAR)")
+    a.execute("INSERT INTO r VALUES (1, 'open'), (2, 'closed')")
+    a.execute("CREATE MATERIALIZED VIEW v AS SELECT k, s FROM r WHERE s = 'open'")
+    sp = SparkSite(spark, str(tmp_path / "spark"), site_id="cloud")
+    sp.execute("CREATE REMOTE TABLE v (k INTEGER, s VARCHAR)")
+    sp.merge(a.changes(relations=["v"]).to_bytes(), track=True)
+    a.execute("DROP VIEW v")
+    a.execute("CREATE MATERIALIZED VIEW v AS SELECT k, s FROM r WHERE s = 'closed'")
+    sp.close()
+    sp = SparkSite(spark, str(tmp_path / "spark"))
+    with pytest.raises(SchemaMismatchError, match="another definition of the view v"):
+        sp.merge(a.changes(relations=["v"]).to_bytes(), track=True)
+    assert _spark_rows(sp, "v") == [(1, "open")] and sp.peer_cursor("a", "v") > 0
+    sp.execute("DROP TABLE v")
+    sp.execute("CREATE REMOTE TABLE v (k INTEGER, s VARCHAR)")
+    assert sp.peer_cursor("a", "v") == 0
     sp.close()
 
 

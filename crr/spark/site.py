@@ -35,7 +35,7 @@ from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
-from crr.merge import allowed_skew, grown_lineage, held_relations
+from crr.merge import allowed_skew, grown_lineage, held_relations, learned_definitions
 from crr.one_thread import one_thread_at_a_time
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
@@ -418,6 +418,8 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             for key in relation_tables(rel):
                 txn.drop(key)
+            for cursors in txn.meta.get("cursors", {}).values():  # declared again, the name starts at 0
+                cursors.pop(rel.name, None)
             return None, catalog.without(rel.name), False
         self._run(work)
         self._typer.execute(f"DROP TABLE IF EXISTS {quote_ident(rel.name)}")
@@ -509,7 +511,9 @@ class SparkSite:
         cs = received(changeset)
         held, _ = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
+        learned = learned_definitions(held)
         catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))
+        catalog = catalog.with_(*(dataclasses.replace(catalog[n], copied_definition=d) for n, d in learned.items()))
         held = [(catalog[rel.name], rc) for rel, rc in held]
 
         if held:
