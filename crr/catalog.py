@@ -12,7 +12,9 @@ Storage layout of one site (all inside one DuckDB file):
   (:class:`SiteFlag`: whether ``_crr.cl`` may hold entries whose key hash went unchecked, whether a
   home of entries may hold two present versions of one key).
 * ``_crr.relations`` -- this catalog (one row per relation; ``derived`` marks a remote table or
-  source that has received a view's monomials, which the maintainer's append-only path needs to know).
+  source that has received a view's monomials, which the maintainer's append-only path needs to know;
+  ``definition`` holds a view's query, and for a remote table or source the id of the view
+  definition whose rows it holds, :attr:`Relation.copied_definition`).
 * ``_crr.cursors`` -- per peer and relation, the source cursor of the last changeset merged from it
   (advanced in the merge's own transaction, so a restarted sync resumes exactly).
 * ``_crr.cl`` -- causal-length entries ``(id, rel, cl, kh, stamp, vis, seq)`` of every base tuple the
