@@ -138,21 +138,13 @@ class Relation:
     # refused unless the source is a replicated table with that key (crr.merge.check_schema).
     # Stored in the catalog's ``key`` column, which a remote relation does not otherwise use.
     declared_key: list[str] = field(default_factory=list)
-    # a remote table's or source's: the :func:`definition_id` of the view whose rows it holds, learned
-    # from the first changeset bringing a view's rows (None until then). A changeset of rows of
-    # another definition of the view (dropped and declared again at its source) is refused
-    # (crr.merge.check_schema). Stored in the catalog's ``definition`` column, which a remote
+    # a remote table's or source's: which definition its rows follow (:meth:`Catalog.definition_id`),
+    # learned from the first changeset bringing it rows (None until then): a view's id, or
+    # :data:`TABLE_DEFINITION` for a replicated table's rows. A changeset of rows of another
+    # definition (the view, or a view it reads, declared again with another query at its source) is
+    # refused (crr.merge.check_schema). Stored in the catalog's ``definition`` column, which a remote
     # relation does not otherwise use.
     copied_definition: str | None = None
-
-    @property
-    def definition_id(self) -> str | None:
-        """Which definition of a view this relation's rows follow, as changesets state it: a view's own
-        (:func:`definition_id` of its query), a remote copy's learned one (``copied_definition``), None
-        for a replicated table or a copy that has received no view's rows."""
-        if self.kind is RelationKind.VIEW:
-            return definition_id(self.definition or "")
-        return self.copied_definition
 
     @property
     def narrow(self) -> bool:
@@ -248,6 +240,7 @@ class Catalog(Mapping[str, Relation]):
                  flags: frozenset[SiteFlag] = frozenset(SiteFlag)) -> None:
         self._relations: dict[str, Relation] = dict(relations or {})
         self._lineage: dict[str, frozenset[str]] = {}  # computed on demand (the snapshot never changes)
+        self._definitions: dict[str, str | None] = {}  # the same
         self.flags = flags  # the site's flags that are true (every one when unknown)
 
     @property
@@ -295,6 +288,31 @@ class Catalog(Mapping[str, Relation]):
                 assert rel.plan is not None
                 self._lineage[name] = frozenset().union(*(self.lineage(r) for r in rel.plan.inputs))
         return self._lineage[name]
+
+    def definition_id(self, name: str) -> str | None:
+        """Which definition a relation's rows follow, as its changesets state it: for a view, a hash of
+        its query and of the definitions of the views and tables it reads (:func:`view_definition_id`),
+        so a view over a view declared again with another query states another id too;
+        :data:`TABLE_DEFINITION` for a replicated table; a remote table's or source's learned
+        :attr:`Relation.copied_definition` (None while it has received no rows).
+
+        A remote copy a view reads counts as :data:`COPY_INPUT`, not as the definition it learned: a
+        copy learns its definition when its first rows arrive, after the view may have sent rows, and
+        a view's id must not change but when it is declared. So a copy declared again under a view
+        (to follow its source's new definition) leaves the view's id as it was: copies of the view
+        elsewhere have to be declared again too (the README's known limits)."""
+        if name not in self._definitions:
+            rel = self._relations[name]
+            if rel.is_base:
+                self._definitions[name] = TABLE_DEFINITION
+            elif rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE):
+                self._definitions[name] = rel.copied_definition
+            else:
+                assert rel.plan is not None
+                self._definitions[name] = view_definition_id(rel.definition or "", tuple(
+                    (r, self.definition_id(r) if self._relations[r].kind in (RelationKind.VIEW, RelationKind.REPLICATED)
+                     else COPY_INPUT) for r in rel.plan.inputs))
+        return self._definitions[name]
 
     def derived_from(self, name: str) -> list[str]:
         """The other relations whose lineage holds ``name`` (they change when its tuples do)."""
@@ -370,13 +388,25 @@ def aug_name(position: int) -> str:
     return f"c{position}"
 
 
+TABLE_DEFINITION = "table"
+"""The definition a replicated table's rows follow, as a relay's changesets and its copies state it (a
+view's is a hex hash, :func:`view_definition_id`)."""
+
+
+COPY_INPUT = "copy"
+"""How a view's definition id counts a remote table or source it reads (:meth:`Catalog.definition_id`)."""
+
+
 @functools.lru_cache(maxsize=256)
-def definition_id(query: str) -> str:
-    """The id of a view definition: a hash of its query's canonical text (:func:`crr.sql.parse.canonical_sql`),
-    so sites that declare a view with the same query, spaced, cased or commented otherwise, state the
-    same id, and a view dropped and declared again with another query states another (so does the same
-    query written with other redundant parentheses: sqlglot keeps them)."""
-    return hashlib.sha256(canonical_sql(query).encode()).hexdigest()[:32]
+def view_definition_id(query: str, inputs: tuple[tuple[str, str | None], ...] = ()) -> str:
+    """The id of a view definition: a hash of its query's canonical text
+    (:func:`crr.sql.parse.canonical_sql`) and of ``inputs``, the ``(name, definition id)`` of each
+    relation it reads. Sites that declare a view with the same query over the same definitions state
+    the same id, whatever the query's spacing, letter case or comments; a view declared again with
+    another query, or over an input declared again so, states another (so does the same query written
+    with other redundant parentheses or qualifications: sqlglot keeps them)."""
+    text = json.dumps([canonical_sql(query), [list(i) for i in inputs]])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def schema_fingerprint(columns: list[Column]) -> str:

@@ -83,7 +83,7 @@ def collect_changes(con: duckdb.DuckDBPyConnection, catalog: Catalog, names: lis
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
             columns=[(c.name, c.type) for c in rel.columns], key=list(rel.stated_key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos,
-            definition=None if rel.is_base else rel.definition_id))
+            definition=None if rel.is_base else catalog.definition_id(name)))
     homes = colocated.homes_of(catalog)  # co-located sources' entries live with their views
     replicas = [rel for rel in catalog.values() if rel.replica and rel.name in lineage]  # and replicas' with them
     parts = [cl_entries_sql(lineage - set(homes) - {r.name for r in replicas}, since)]

@@ -19,7 +19,13 @@ Byte layout (``to_bytes``), format version 3::
   column names, any identifier DuckDB accepts, and their canonical DuckDB types), ``key`` and
   ``not_null`` (lists of column names: the PRIMARY KEY, and the columns the source declares NOT
   NULL), ``fingerprint`` (str), ``lineage`` (list of base relation names; a base relation's is
-  ``[name]``), ``tuples`` (Arrow) and ``monos`` (Arrow for ``derived``, nil for ``base``);
+  ``[name]``), ``tuples`` (Arrow), ``monos`` (Arrow for ``derived``, nil for ``base``) and
+  ``definition`` (for ``derived``: which definition the rows follow, a str of at most 64
+  characters: a view's id (:meth:`crr.catalog.Catalog.definition_id`, a hash of its query and its
+  inputs' definitions), ``"table"`` for a relay's copy of a replicated table, a relay's learned one,
+  or nil when unknown; nil for ``base``, whose rows follow their table). A remote copy refuses rows
+  of another definition than the rows it holds: the view, or one it reads, was declared again with
+  another query at its source (:func:`crr.merge.check_schema`);
 * ``cl``: Arrow or nil.
 
 Tables are Arrow IPC streams (bytes), so whole batches move without per-row Python work:
@@ -109,7 +115,7 @@ class RelationChanges:
     tuples: pa.Table  # base: (id, c0, c1, ...); derived: (vid, c0, c1, ...), user columns by position
     monos: pa.Table | None = None  # derived: (vid, ids)
     not_null: list[str] = field(default_factory=list)  # the columns the source declares NOT NULL
-    # derived: the id of the view definition whose rows these are (crr.catalog.definition_id), None if unknown
+    # derived: which definition the rows follow (crr.catalog.Catalog.definition_id), None if unknown
     definition: str | None = None
 
     def __post_init__(self) -> None:

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from crr.arrow_build import int64_scalar, strings
 from crr.arrow_slots import ArrowSlots
-from crr.catalog import SCHEMA, Catalog, Relation
+from crr.catalog import SCHEMA, TABLE_DEFINITION, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import all_in, id_storage, index_in
@@ -178,24 +178,35 @@ def _check_key(rel: Relation, rc: RelationChanges) -> None:
 
 
 def _check_definition(rel: Relation, rc: RelationChanges) -> None:
-    """Refuse a view's rows of another definition than the rows a remote copy holds (see
-    :attr:`crr.catalog.Relation.copied_definition`): merged beside them, rows the old query derived
-    would stay although the view no longer has them."""
-    if rc.kind is ChangeKind.DERIVED and rc.definition is not None and rel.copied_definition is not None \
-            and rc.definition != rel.copied_definition:
-        raise SchemaMismatchError(
-            f"relation {rel.name}: the changeset brings rows of another definition of the view {rel.name} than "
-            f"the rows this site holds (the view was dropped and declared again with another query at its "
-            f"source, or sites declare it with different queries); to follow the changeset's definition, drop "
-            f"{rel.name} here (and the views reading it) and declare it again")
+    """Refuse rows of another definition than the rows a remote copy holds (see
+    :attr:`crr.catalog.Relation.copied_definition`): merged beside them, rows an old query derived would
+    stay although the view no longer has them."""
+    theirs, mine = _stated_definition(rc), rel.copied_definition
+    if rel.kind not in (RelationKind.REMOTE, RelationKind.SOURCE) or theirs is None or mine is None or theirs == mine:
+        return
+    if TABLE_DEFINITION in (theirs, mine):
+        held, brought = ("a replicated table's", "a view's") if mine == TABLE_DEFINITION else ("a view's", "a replicated table's")
+        why = f"relation {rel.name} here holds {held} rows, the changeset brings {brought}"
+    else:
+        why = (f"the changeset brings rows of another definition of the view {rel.name} than the rows this site "
+               f"holds (the view, or a view it reads, was dropped and declared again with another query at its "
+               f"source, or sites declare it with different queries)")
+    raise SchemaMismatchError(f"relation {rel.name}: {why}; to follow the changeset's source, drop {rel.name} "
+                              f"here (and the views reading it) and declare it again")
+
+
+def _stated_definition(rc: RelationChanges) -> str | None:
+    """The definition a relation's rows in a changeset follow (:meth:`crr.catalog.Catalog.definition_id`)."""
+    return TABLE_DEFINITION if rc.kind is ChangeKind.BASE else rc.definition
 
 
 def learned_definitions(held: list[tuple[Relation, RelationChanges]]) -> dict[str, str]:
-    """The remote tables and sources that receive a view's rows stating a definition for the first
-    time, with that definition's id (:attr:`crr.catalog.Relation.copied_definition`)."""
-    return {rel.name: rc.definition for rel, rc in held
-            if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and rc.kind is ChangeKind.DERIVED
-            and rc.definition is not None and rel.copied_definition is None}
+    """The remote tables and sources that receive rows stating a definition for the first time, with
+    that definition (:attr:`crr.catalog.Relation.copied_definition`); a changeset without rows of the
+    relation teaches nothing."""
+    return {rel.name: theirs for rel, rc in held
+            if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and rel.copied_definition is None
+            and not rc.empty and (theirs := _stated_definition(rc)) is not None}
 
 
 def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, frozenset[str]]:

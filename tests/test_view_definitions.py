@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import crr
-from crr.catalog import definition_id
+from crr.catalog import TABLE_DEFINITION, view_definition_id
 from tests.conftest import app
 
 OPEN = "SELECT k, s FROM r WHERE s = 'open'"
@@ -65,8 +65,9 @@ def test_the_same_query_written_otherwise_is_the_same_definition():
     c = _source("SELECT k,s FROM r WHERE s='open'")  # a third site declaring it alike
     b.merge(c.changes(relations=["v"]))
     assert app(b, "v") == [(1, "open"), (3, "open")]
-    assert definition_id(OPEN) == definition_id("SELECT  K,s from r where s='open'") != definition_id(CLOSED)
-    assert definition_id(OPEN) != definition_id(OPEN.replace("'open'", "'Open'"))  # values are not names
+    assert view_definition_id(OPEN) == view_definition_id("SELECT  K,s from r where s='open'") != view_definition_id(CLOSED)
+    assert view_definition_id(OPEN) != view_definition_id(OPEN.replace("'open'", "'Open'"))  # values are not names
+    assert a.changes().relation("v").definition == view_definition_id(OPEN, (("r", TABLE_DEFINITION),))
 
 
 def test_a_relay_states_the_definition_its_copy_follows():
@@ -76,8 +77,7 @@ def test_a_relay_states_the_definition_its_copy_follows():
         s.execute(COPY)
     b.merge(a.changes(relations=["v"]))
     relayed = b.changes(relations=["v"])
-    assert relayed.relation("v").definition == a.changes(relations=["v"]).relation("v").definition \
-        == definition_id(OPEN)
+    assert relayed.relation("v").definition == a.changes(relations=["v"]).relation("v").definition
     d.merge(relayed)
     assert app(d, "v") == [(1, "open")]
     _declare_again(a, CLOSED)
@@ -89,18 +89,59 @@ def test_a_relay_states_the_definition_its_copy_follows():
     assert app(d, "v") == [(1, "open")]
 
 
-def test_a_copy_of_a_replicated_table_states_no_definition_and_learns_one_from_a_view():
+def test_a_copy_holds_either_a_replicated_tables_rows_or_a_views():
+    """A view replaced by a replicated table of its name (or the other way) is another definition too;
+    a relay of a table's copy states the table's, which its copies accept."""
     a = _source()
     t = crr.Site(site_id="t")
     t.execute("CREATE REPLICATED TABLE v (k INTEGER, s VARCHAR)")
     t.execute("INSERT INTO v VALUES (5, 'x')")
+    of_view, of_table, relay = (crr.Site(site_id=n) for n in ("of_view", "of_table", "relay"))
+    for s in (of_view, of_table, relay):
+        s.execute(COPY)
+    of_view.merge(a.changes(relations=["v"]))
+    relay.merge(t.changes())
+    assert relay.changes().relation("v").definition == TABLE_DEFINITION
+    of_table.merge(relay.changes())  # a relay's rows of the table, then the table's own
+    of_table.merge(t.changes())
+    assert app(of_table, "v") == [(5, "x")]
+    with pytest.raises(crr.SchemaMismatchError, match="holds a view's rows, the changeset brings a replicated table's"):
+        of_view.merge(t.changes())
+    with pytest.raises(crr.SchemaMismatchError, match="holds a replicated table's rows, the changeset brings a view's"):
+        of_table.merge(a.changes(relations=["v"]))
+    assert app(of_view, "v") == [(1, "open")] and app(of_table, "v") == [(5, "x")]
+
+
+def test_a_view_over_a_view_declared_again_states_another_definition():
+    """The outer view's query is unchanged, but it reads another definition of the inner one."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, s VARCHAR)")
+    a.execute("INSERT INTO r VALUES (1, 'open'), (2, 'closed')")
+    a.execute(f"CREATE MATERIALIZED VIEW v AS {OPEN}")
+    a.execute("CREATE MATERIALIZED VIEW w AS SELECT k FROM v")
+    b = crr.Site(site_id="b")
+    b.execute("CREATE REMOTE TABLE w (k INTEGER)")
+    b.merge(a.changes(relations=["w"]))
+    a.execute("DROP VIEW w")
+    _declare_again(a, CLOSED)
+    a.execute("CREATE MATERIALIZED VIEW w AS SELECT k FROM v")
+    with pytest.raises(crr.SchemaMismatchError, match="another definition of the view w"):
+        b.merge(a.changes(relations=["w"]))
+    assert app(b, "w") == [(1,)]
+
+
+def test_a_copy_that_received_no_rows_learns_no_definition():
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, s VARCHAR)")
+    a.execute(f"CREATE MATERIALIZED VIEW v AS {OPEN}")
     b = crr.Site(site_id="b")
     b.execute(COPY)
-    b.merge(t.changes())
-    assert t.changes().relation("v").definition is None and b.changes().relation("v").definition is None
-    b.merge(a.changes(relations=["v"]))  # a copy that held no view's rows takes the view's
-    assert b.changes().relation("v").definition == definition_id(OPEN)
+    b.merge(a.changes(relations=["v"]))  # the view has no rows yet
     _declare_again(a, CLOSED)
+    a.execute("INSERT INTO r VALUES (2, 'closed')")
+    b.merge(a.changes(relations=["v"]))
+    assert app(b, "v") == [(2, "closed")]
+    _declare_again(a, OPEN)
     with pytest.raises(crr.SchemaMismatchError, match="another definition"):
         b.merge(a.changes(relations=["v"]))
 

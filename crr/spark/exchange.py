@@ -179,7 +179,7 @@ def collect_changes(txn_read, catalog: Catalog, names: list[str], since: int) ->
             name=name, kind=ChangeKind.BASE if rel.is_base else ChangeKind.DERIVED,
             columns=[(c.name, c.type) for c in rel.columns], key=list(rel.stated_key), not_null=list(rel.not_null),
             fingerprint=rel.fingerprint, lineage=sorted(rel_lineage), tuples=tuples, monos=monos,
-            definition=None if rel.is_base else rel.definition_id))
+            definition=None if rel.is_base else catalog.definition_id(name)))
     entries = (current_cl(cl.where(F.col("seq") > since)).where(F.col("rel").isin(sorted(lineage)))
                .select("id", "rel", "cl", "kh", "stamp").toArrow())
     cl_table = pa.table([binary_to_hugeint(entries.column("id")), entries.column("rel"), entries.column("cl"),
