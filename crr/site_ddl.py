@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sqlglot import exp
+
 from crr import colocated, replica
 from crr.aggregate import AggregateSpec, analyse_aggregate, is_aggregate
 from crr.aggregate import create_sql as aggregate_create_sql
@@ -25,8 +27,12 @@ from crr.merge import CURSORS_FORGET_SQL
 from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
+from crr.sql.validate import check_relation_names, function_name, refuse
 from crr.sql.statements import CreateTable, CreateView, Drop, Other, RelationKind, parse_one
 from crr.types import Column, type_family, type_probe_sql
+
+USER_FUNCTIONS_SQL = "SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE NOT internal"
+"""The names of the functions and macros defined at this site (``CREATE MACRO``), not DuckDB's own."""
 
 
 def compile_definition(state: SiteState, name: str, sql: str) -> tuple[Any, AggregateSpec | None]:
@@ -62,6 +68,19 @@ def compile_tree(state: SiteState, name: str, tree) -> tuple[Any, AggregateSpec 
     return compile_view(name, tree, columns, describe), None
 
 
+def _check_no_user_functions(state: SiteState, query) -> None:
+    """Refuse a view calling a macro defined at this site (``CREATE MACRO``, which may also shadow one
+    of DuckDB's functions): other sites do not have it, and redefining it would change what the view
+    computes for new rows only. (Checked when the view is declared; a stored view is not refused.)"""
+    defined = {r[0] for r in state.con.execute(USER_FUNCTIONS_SQL).fetchall()}
+    for node in query.find_all(exp.Func):
+        name = function_name(node)
+        if name in defined:
+            raise refuse(f"{name}(), a macro defined at this site",
+                         "a view may call only DuckDB's own functions, which every site has; write the "
+                         "macro's expression in the view")
+
+
 def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
     """CREATE REPLICATED TABLE, CREATE REMOTE TABLE or CREATE REMOTE SOURCE."""
     if _name_taken(state, stmt.name, stmt.if_not_exists):
@@ -89,7 +108,9 @@ def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:
     """CREATE MATERIALIZED VIEW: compiled, declared and filled in one transaction."""
     if _name_taken(state, stmt.name, stmt.if_not_exists):
         return []
+    check_relation_names(stmt.query)
     plan, spec = compile_tree(state, stmt.name, stmt.query)
+    _check_no_user_functions(state, stmt.query)
     columns = [Column(n, t) for n, t in plan.columns]
     for c in columns:
         type_family(c.type)

@@ -133,6 +133,16 @@ def check_table(table: exp.Table) -> None:
             raise refuse(f"{construct} on a relation in FROM", hint)
 
 
+def check_relation_names(query: exp.Expression) -> None:
+    """Refuse a relation named with a database or a schema other than ``main`` (``other.t``): crr
+    binds a view's relations by name to its own, so another database's ``t`` would silently read
+    crr's ``t``. (Checked when a view is declared; a view stored before this check opens as it is.)"""
+    for table in query.find_all(exp.Table):
+        if table.catalog or table.db not in ("", "main"):
+            raise refuse(f"a relation of another database or schema ({table.sql(DIALECT)[:60]})",
+                         "a view reads this site's crr relations, named without a prefix (or with main.)")
+
+
 def _check_source(source: exp.Expression) -> None:
     if isinstance(source, exp.Table):
         if not isinstance(source.this, exp.Identifier):

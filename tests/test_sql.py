@@ -213,6 +213,11 @@ def test_view_shapes_and_views_over_views(site):
     ("SELECT CAST(a AS VARCHAR) COLLATE NOCASE AS g, count(*) FROM r GROUP BY 1", "COLLATE"),
     ("WITH RECURSIVE x AS (SELECT 1 AS n) SELECT * FROM x", "recursive CTE"),
     ("SELECT a FROM r WHERE a IN (SELECT b FROM s)", "subqueries"),
+    # these read crr's own r instead of the relation named (found by a probe)
+    ("SELECT a FROM other.r", r"another database or schema \(other.r\)"),
+    ("SELECT a FROM memory.main.r", "another database or schema"),
+    ("SELECT r.a FROM r JOIN nosuch.s AS s2 ON r.b = s2.b", r"another database or schema \(nosuch.s AS s2\)"),
+    ("SELECT b, count(*) FROM temp.r GROUP BY b", "another database or schema"),
 ])
 def test_unsupported_view_queries_are_refused_by_name(site, query, construct):
     site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
@@ -221,6 +226,27 @@ def test_unsupported_view_queries_are_refused_by_name(site, query, construct):
         site.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
     assert "v" not in site.relations()
     assert site.execute("SELECT count(*) FROM information_schema.tables WHERE table_name ILIKE 'v%'") == [(0,)]
+
+
+def test_a_view_over_main_dot_a_relation_is_its_relation(site):
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("INSERT INTO r VALUES (1, 2)")
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM main.r")
+    assert site.execute("SELECT * FROM v") == [(1,)]
+
+
+def test_a_view_calling_a_macro_defined_at_the_site_is_refused(site):
+    """A macro is this site's own (other sites would fail on it or compute otherwise), and a later
+    CREATE OR REPLACE MACRO would change what the view computes for new rows only (found by a probe)."""
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("CREATE MACRO plus(x) AS x + 1000")
+    site.execute("CREATE MACRO pick(x) AS (SELECT max(a) FROM r) + x")
+    for query in ("SELECT plus(a) AS p FROM r", "SELECT a FROM r WHERE plus(b) > 0", "SELECT pick(a) AS p FROM r",
+                  "SELECT b, sum(plus(a)) AS s FROM r GROUP BY b"):
+        with pytest.raises(crr.UnsupportedSqlError, match=r"\(\), a macro defined at this site"):
+            site.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    assert "v" not in site.relations()
+    site.execute("CREATE MATERIALIZED VIEW v AS SELECT a + 1000 AS p FROM r")  # the expression itself
 
 
 def test_writes_to_views_and_remote_tables_are_refused(site):

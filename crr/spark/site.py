@@ -47,6 +47,7 @@ from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
+from crr.sql.validate import check_relation_names
 from crr.types import Column, quote_ident, type_family
 
 @contextlib.contextmanager
@@ -385,6 +386,7 @@ class SparkSite:
         if is_aggregate(stmt.query):
             raise UnsupportedSqlError(f"view {stmt.name}: aggregate views are not supported on a Spark site yet; "
                                       "declare the aggregate at a DuckDB site")
+        check_relation_names(stmt.query)
         plan = self._compile(stmt.name, stmt.query, self._catalog)
         columns = [Column(n, t) for n, t in plan.columns]
         for c in columns:
