@@ -133,6 +133,8 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
         # two values with one key: more distinct ids than keys
         checks += ["count(DISTINCT w.id) - count(DISTINCT w.kh)", f"count(*) FILTER (WHERE {clash})",
                    "max(c.stamp)"]
+        if deleting:  # rows the UPDATE gives one key: fewer keys than the rows it rewrites
+            checks.append(f"(SELECT count(DISTINCT id) FROM {temp_table('_crr_wold')}) - count(DISTINCT w.kh)")
         source += " LEFT JOIN _crr.cl c ON c.kh = w.kh"
     if not checks:
         return None
@@ -144,9 +146,11 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
                 raise null_error(rel, col, n)
     if not rel.key:
         return None
-    dup, clash, seen = found[1 if nulls else 0:]
+    dup, clash, seen, *merged = found[1 if nulls else 0:]
     if dup:
         raise repeated_key_error(rel)
+    if merged and merged[0] > 0:
+        raise merged_rows_error(rel)
     if clash:
         row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
                               JOIN _crr.cl c ON c.kh = w.kh AND {clash} LIMIT 1""").fetchall()[0]
@@ -167,6 +171,13 @@ def repeated_key_error(rel: Relation) -> ConstraintError:
     """The statement writes one key with two different rows."""
     return ConstraintError(f"the statement writes a key of {rel.name} ({', '.join(rel.key)}) more than once with "
                            "different values; nothing was written")
+
+
+def merged_rows_error(rel: Relation) -> ConstraintError:
+    """An UPDATE gives several rows one key (with the same values: a table is a set, so they would
+    become one row)."""
+    return ConstraintError(f"the UPDATE gives several rows of {rel.name} the same key ({', '.join(rel.key)}), "
+                           "a duplicate key (they would become one row); nothing was written")
 
 
 def disagreeing_entry_error(rel: Relation) -> ChangesetError:
