@@ -12,12 +12,13 @@ state (causal lengths and p-semiring provenance) between sites in any order, any
 from __future__ import annotations
 
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, CrrError, ReadOnlyRelationError,
-                        SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError)
+                        SchemaMismatchError, SiteError, SqlError, TypeMismatchError, UnsupportedSqlError,
+                        ViewQueryError)
 
 __all__ = [
     "Site", "Changeset", "CrrError", "SqlError", "UnsupportedSqlError", "CatalogError",
     "ReadOnlyRelationError", "ConstraintError", "TypeMismatchError", "ChangesetError",
-    "SchemaMismatchError", "SiteError",
+    "SchemaMismatchError", "SiteError", "ViewQueryError",
 ]
 __version__ = "0.1.0"
 

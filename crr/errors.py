@@ -43,5 +43,11 @@ class SchemaMismatchError(ChangesetError):
     """A changeset's schema for a relation differs from the local declaration of that relation."""
 
 
+class ViewQueryError(SqlError, ChangesetError):
+    """A view's query fails on the rows a write or a merge brings (a cast of a text that is no number,
+    a division by zero of integers); the message names the view. Both a :class:`SqlError` (a refused
+    write) and a :class:`ChangesetError` (a refused merge)."""
+
+
 class SiteError(CrrError):
     """The site file cannot be opened as asked (wrong site id, closed site, newer storage format)."""

@@ -54,7 +54,7 @@ from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
 from crr.cte import CteWrite, cte_values, returning_then_sql
-from crr.errors import SqlError
+from crr.errors import ViewQueryError
 from crr.id_sets import all_in, distinct_ids, id_storage, index_in
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
                         NewEntryProbe, first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
@@ -356,13 +356,13 @@ def view_query_failed(error: BaseException) -> bool:
 @contextmanager
 def view_errors(view: str) -> Iterator[None]:
     """A view's query failing on the batch's data (:func:`view_query_failed`) is a
-    :class:`~crr.errors.SqlError` naming the view; other errors pass on."""
+    :class:`~crr.errors.ViewQueryError` naming the view; other errors pass on."""
     try:
         yield
     except duckdb.Error as e:
         if not view_query_failed(e):
             raise
-        raise SqlError(f"view {view} cannot be maintained: its query fails on the changed data "
+        raise ViewQueryError(f"view {view} cannot be maintained: its query fails on the changed data "
                        f"({str(e).strip()}); nothing was changed") from None
 
 

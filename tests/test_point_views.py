@@ -152,6 +152,22 @@ def test_a_view_failing_on_the_new_rows_is_named_and_nothing_is_written():
     assert _state(site, VIEWS) == before and app(site, "big") == [(2147483001,), (2147483002,), (2147483100,)]
 
 
+@pytest.mark.parametrize("rows", [1, 200])  # the one-statement merge and the general path
+def test_a_merge_a_view_fails_on_is_a_refused_changeset(rows: int):
+    """A merge whose rows a view's query fails on raised a SqlError, where a refused merge is a
+    ChangesetError (found by a probe); it is both now, and changes nothing."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    a.execute(f"INSERT INTO t SELECT i, CASE WHEN i = 0 THEN 'x' ELSE CAST(i AS VARCHAR) END FROM range({rows}) r(i)")
+    b = crr.Site(site_id="b")
+    b.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    b.execute("CREATE MATERIALIZED VIEW w AS SELECT k, CAST(v AS INTEGER) AS i FROM t")
+    with pytest.raises(crr.ChangesetError, match="view w cannot be maintained") as refused:
+        b.merge(a.changes().to_bytes())
+    assert isinstance(refused.value, crr.ViewQueryError) and isinstance(refused.value, crr.SqlError)
+    assert app(b, "t") == app(b, "w") == [] and b.cursor == 0
+
+
 def test_a_view_failing_on_the_rows_held_is_refused_by_name_at_create():
     """CREATE MATERIALIZED VIEW whose query fails on the rows the site holds (an overflow) is
     refused naming the view, and leaves no trace of it (found while testing the above: it failed
