@@ -49,10 +49,7 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     """Run SQL that is not crr's (a query, or DDL and DML on the application's own tables); refuse
     what would read a remote source, which has no table here, or change a crr relation."""
     rels = state.rels
-    for t in stmt.tables:
-        if t in rels and rels[t].kind is RelationKind.SOURCE:
-            raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
-                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
+    _refuse_sources(state, stmt.tables)
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
         touched = {t for t in stmt.writes if t in rels or t == f"{SCHEMA}."}
         if touched:
@@ -75,6 +72,15 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
             return cur.fetchall()
         except duckdb.InvalidInputException:
             return []
+
+
+def _refuse_sources(state: SiteState, names) -> None:
+    """Refuse a statement reading a remote source, which has no table here (DuckDB would say only
+    that no such table exists)."""
+    for t in names:
+        if t in state.rels and state.rels[t].kind is RelationKind.SOURCE:
+            raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
+                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
 
 
 def writable(state: SiteState, name: str) -> Relation:
@@ -101,7 +107,9 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
     rel = writable(state, stmt.target)
     columns = [(c.name, c.type) for c in rel.columns]
     rq = state.rewritten.get(id(stmt))
-    if rq is None:
+    if rq is None:  # (a statement run again was checked when first run)
+        ctes = {fold_identifier(c.alias) for c in stmt.tree.find_all(exp.CTE)}
+        _refuse_sources(state, {fold_identifier(t.name) for t in stmt.tree.find_all(exp.Table) if not t.db} - ctes)
         rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
                    DmlKind.DELETE: dml.delete_rows}[stmt.kind]
         rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)

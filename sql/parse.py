@@ -7,6 +7,9 @@ from crr but its errors.
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -32,14 +35,34 @@ def normalize_name(name: str) -> str:
     return fold_identifier(name)
 
 
+class _CrrParsing(logging.Filter):
+    """Drops sqlglot's warning that it read a statement as a plain Command (``LOAD``, ``CALL``, ...)
+    while crr parses (crr judges such statements itself, so the warning was only noise on the user's
+    terminal); the same warning from anyone else's parse is left alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(self.active, "on", False) and "Falling back to parsing as a 'Command'" in record.getMessage())
+
+
+_QUIET = _CrrParsing()
+logging.getLogger("sqlglot").addFilter(_QUIET)
+
+
 def parse_one(sql: str) -> exp.Expression:
     """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
+    _QUIET.active.on = True
     try:
         trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
     except (ParseError, TokenError) as e:
         raise SqlError(f"cannot parse SQL: {_first_line(str(e))}{_near(e)}") from None
     except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper
         raise SqlError("cannot parse SQL: nested too deeply for crr's parser") from None
+    finally:
+        _QUIET.active.on = False
     if len(trees) != 1:
         raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
     return _lower_identifiers(trees[0])

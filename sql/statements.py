@@ -141,8 +141,9 @@ def classify(sql: str) -> Statement:
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise SqlError(f"the statement text is not valid Unicode ({e.reason} at character {e.start}); pass such "
-                       "a value as a ? parameter or fix the text") from None
+        raise SqlError(f"the statement text is not valid Unicode ({e.reason} at character {e.start}); DuckDB "
+                       "keeps only valid UTF-8 text, as a parameter too: fix the text, or store such a value as "
+                       "bytes in a BLOB column") from None
     m = _CREATE_TABLE.match(sql)
     if m:
         return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + sql[m.end():])
