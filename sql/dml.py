@@ -82,8 +82,10 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
     else:
         target_cols = names
     source = tree.expression
-    if source is None:
+    if source is None and tree.args.get("default"):
         raise UnsupportedSqlError("INSERT ... DEFAULT VALUES is not supported; list the values")
+    if source is None:
+        raise SqlError(f"INSERT INTO {table} needs its rows: VALUES (...) or a query")
     width = _width(source)
     if width is not None and width != len(target_cols):
         raise SqlError(f"INSERT into {table} gives {width} values for {len(target_cols)} columns "

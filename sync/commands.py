@@ -24,6 +24,7 @@ import socket
 import stat
 import sys
 import threading
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from crr.cli import UsageError, describe_os_error, one_line
@@ -136,6 +137,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--create", action="store_true", help="create the site file if it does not exist")
     p.add_argument("--secret-file", metavar="FILE",
                    help="deployment secret (else $CRR_SECRET); needed only while crr serve holds the site")
+    p.add_argument("--params", type=_json_params, metavar="JSON",
+                   help="the statement's parameters: a JSON array for ? or $1, an object for $name")
+    p.add_argument("--format", choices=("tsv", "json"), default="tsv",
+                   help="rows as tab-separated text (NULL for a NULL; the default), or as JSON Lines (one "
+                        "array per row: null, numbers, strings; bytes as hex, other values as their text)")
     p.add_argument("statement", nargs="?", help="the statement (omit for a shell reading one statement per line)")
     p = sub.add_parser("status", help="relations, views, peers, cursors and how far behind each stream is")
     p.add_argument("--db", required=True, help="the site's DuckDB file")
@@ -358,7 +364,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.db != ":memory:" or args.trust_file:  # pins are written on first contact unless that is off
         check_file_option(args.trust_file or os.path.abspath(args.db) + ".peers.json", "--trust-file",
                           default=not args.trust_file, written=not args.no_trust_on_first_use)
-    site_state(args.db)  # a file that is no DuckDB database, or one another process holds, is refused here
+    # a file that is no DuckDB database, or one another process holds, is refused here
+    if site_state(args.db) == "plain":
+        raise UsageError(f"{args.db} is a DuckDB database but not a crr site; crr serve does not turn it into "
+                         f"one: make it a site with crr sql --db {args.db} --create first, or give another --db")
     check_listen(*args.listen)
     allow: dict[str, set[str]] | None = None
     for site_id, rels in args.allow or []:
@@ -415,9 +424,40 @@ def _request(db: str, secret: bytes, message: dict[str, Any]) -> dict[str, Any]:
                        "is it still running?") from None
 
 
-def _print_rows(rows: list | None) -> None:
+def _json_params(text: str) -> list | dict:
+    """``--params``: a JSON array or object."""
+    try:
+        params = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e}); give an array such as '[1, \"x\"]'") from None
+    if not isinstance(params, (list, dict)):
+        raise argparse.ArgumentTypeError("give a JSON array (for ? or $1) or an object (for $name)")
+    return params
+
+
+def _json_value(v: Any) -> Any:
+    """A result value as JSON: numbers, strings, null, lists and objects as they are, a NaN or infinity and
+    any other value (dates, decimals) as its text, bytes as hex (the same locally and through a serve,
+    which sends such values as their text)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).hex()
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    return str(v)
+
+
+def _print_rows(rows: list | None, fmt: str = "tsv") -> None:
     for row in rows or []:
-        _out("\t".join("NULL" if v is None else str(v) for v in row))
+        if fmt == "json":
+            _out(json.dumps([_json_value(v) for v in row], ensure_ascii=False))
+        else:
+            _out("\t".join("NULL" if v is None else str(v) for v in row))
 
 
 class _LocalSite:
@@ -427,7 +467,7 @@ class _LocalSite:
         self.db, self.create = db, create
         self.site: Site | None = None
 
-    def execute(self, sql: str) -> list:
+    def execute(self, sql: str, params: list | dict | None = None) -> list:
         """Run one statement, opening (or, for crr DDL, creating) the site first."""
         created = False
         if self.site is None:
@@ -437,13 +477,16 @@ class _LocalSite:
             created = self.db != ":memory:" and not os.path.exists(self.db)
             self.site = open_site(self.db)
         try:
-            return self.site.execute(sql)
-        except BaseException:
+            return self.site.execute(sql, params)
+        except BaseException as e:
             if created and not self.create:  # a failed CREATE leaves no new site file behind
                 self.close()
                 for path in (self.db, self.db + ".wal"):
                     if os.path.exists(path):
                         os.unlink(path)
+            if isinstance(e, RuntimeError) and "interrupted" in str(e).lower():
+                # Ctrl-C during a query: DuckDB stops it and raises RuntimeError('Query interrupted')
+                raise KeyboardInterrupt from None
             raise
 
     def close(self) -> None:
@@ -453,10 +496,58 @@ class _LocalSite:
             self.site = None
 
 
+def shell_statements(lines: Iterable[str]) -> Iterator[str]:
+    """The statements of ``crr sql``'s input: one per line, a line that ends inside parentheses, a quoted
+    string or identifier, or a ``/*`` comment continuing on the next; blank and comment-only lines are
+    skipped (an empty line once ended the input, silently dropping what followed), and what is left
+    open at the end of the input is run as it is (crr then says what is wrong with it)."""
+    pending = ""
+    for line in lines:
+        pending += line
+        if not _open_at_end(pending):
+            statement, pending = pending.strip(), ""
+            if statement and not all(not x.strip() or x.strip().startswith("--") for x in statement.splitlines()):
+                yield statement
+    if pending.strip():
+        yield pending.strip()
+
+
+def _open_at_end(text: str) -> bool:
+    """Whether SQL ``text`` ends inside parentheses, a quoted string or identifier, or a ``/*`` comment."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            j = text.find(c, i + 1)
+            while j != -1 and j + 1 < n and text[j + 1] == c:  # a doubled quote is the quote itself
+                j = text.find(c, j + 2)
+            if j == -1:
+                return True
+            i = j + 1
+            continue
+        if text.startswith("--", i):
+            j = text.find("\n", i)
+            if j == -1:
+                return False
+            i = j + 1
+            continue
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j == -1:
+                return True
+            i = j + 2
+            continue
+        depth += (c == "(") - (c == ")")
+        i += 1
+    return depth > 0
+
+
 def _sql(args: argparse.Namespace) -> int:
     from crr.sync.control import server_running
     if args.statement is not None and not args.statement.strip():
         raise UsageError("the statement is empty; give one SQL statement, or none for a shell")
+    if args.params is not None and args.statement is None:
+        raise UsageError("--params goes with a statement given on the command line, not with the shell")
     secret = load_secret(args.secret_file) if args.secret_file else None
     remote = server_running(args.db)
     if remote:
@@ -465,26 +556,25 @@ def _sql(args: argparse.Namespace) -> int:
         check_db_path(args.db)
     local = _LocalSite(args.db, args.create)
 
-    def one(sql: str) -> None:
+    def one(sql: str, params: list | dict | None = None) -> None:
         if remote:
-            _print_rows(_request(args.db, secret, {"t": "sql", "sql": sql})["rows"])
+            _print_rows(_request(args.db, secret, {"t": "sql", "sql": sql, "params": params})["rows"], args.format)
         else:
-            _print_rows(local.execute(sql))
+            _print_rows(local.execute(sql, params), args.format)
 
     try:
         if args.statement is not None:
-            one(args.statement)
+            one(args.statement, args.params)
             return 0
-        print("crr sql: one statement per line; an empty line or Ctrl-D ends", file=sys.stderr)
+        print("crr sql: one statement per line (continued while a parenthesis or quote is open); Ctrl-D ends",
+              file=sys.stderr)
         failed = False
-        for line in sys.stdin:
-            if not line.strip():
-                break
+        for statement in shell_statements(sys.stdin):
             try:
-                one(line.strip())
+                one(statement)
             except CrrError as e:
                 failed = True
-                print(f"error: {one_line(str(e))}", file=sys.stderr)
+                print(f"crr sql: error: {one_line(str(e))}", file=sys.stderr)
         return 1 if failed else 0
     finally:
         local.close()

@@ -49,7 +49,11 @@ async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[st
     """Send one request; a query's answer may come in several ``rows`` frames (``more`` until the last)."""
     reader, writer = await asyncio.open_unix_connection(path)
     try:
-        done = await handshake.client_handshake(reader, writer, secret, "control")
+        try:
+            done = await handshake.client_handshake(reader, writer, secret, "control")
+        except EOFError:
+            raise crypto.AuthError("the server closed the control connection during the handshake "
+                                   "(wrong secret?)") from None
         writer.write(frame(done.channel.seal(encode(message))))
         await writer.drain()
         rows: list = []
@@ -63,8 +67,10 @@ async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[st
             rows.extend(part)
             if not answer.get("more"):
                 return {"t": "rows", "rows": rows}
-    except EOFError:
-        raise crypto.AuthError("the server closed the control connection (wrong secret?)") from None
+    except EOFError:  # after the handshake: the secret was right
+        raise CrrError("the crr serve closed the control connection before it answered (it was stopped, or "
+                       "failed), so the statement may or may not have run; check, then run it again, and see the "
+                       "serve's log") from None
     finally:
         writer.close()
 

@@ -1,0 +1,94 @@
+"""``crr sql`` as a tool: statements piped into its shell, parameters, JSON output, Ctrl-C, and what
+``crr serve`` refuses to take over (each found by a probe of the command line)."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+
+from crr.sync.commands import shell_statements
+from tests.test_cli_errors import CRR, FAILURE, USAGE, crr, refused
+
+
+def test_shell_statements_span_lines_and_skip_blank_and_comment_lines():
+    text = ("INSERT INTO r VALUES (1, 'a')\n\n   \nINSERT INTO r VALUES (2, 'b')\n-- a comment\n"
+            "CREATE REPLICATED TABLE t (\n  k INT, -- the key (\n  v VARCHAR\n)\n"
+            "INSERT INTO t VALUES (1, 'it''s\ntwo lines')\nSELECT \"a(b\" FROM t\n/* open\nclosed */ SELECT 1\nSELECT (1\n")
+    assert list(shell_statements(text.splitlines(keepends=True))) == [
+        "INSERT INTO r VALUES (1, 'a')", "INSERT INTO r VALUES (2, 'b')",
+        "CREATE REPLICATED TABLE t (\n  k INT, -- the key (\n  v VARCHAR\n)",
+        "INSERT INTO t VALUES (1, 'it''s\ntwo lines')", 'SELECT "a(b" FROM t', "/* open\nclosed */ SELECT 1",
+        "SELECT (1"]  # left open at the end: run as it is, so crr says what is wrong
+
+
+def test_a_blank_line_in_piped_statements_does_not_end_them(tmp_path: Path):
+    """A blank line ended the shell: the statements after it were silently never run."""
+    db = str(tmp_path / "a.duckdb")
+    proc = crr("sql", "--db", db, stdin="CREATE REPLICATED TABLE r (k INT PRIMARY KEY, v VARCHAR)\n\n"
+                                        "INSERT INTO r VALUES (1, 'a')\n\n-- the next spans lines\n"
+                                        "INSERT INTO r VALUES (\n  3, 'c')\nSELECT k FROM r ORDER BY k\n")
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "1", "1", "3"], proc  # two counts, two rows
+    # a statement cut where nothing is open is run as it is, and crr says what it lacks
+    refused(crr("sql", "--db", db, "INSERT INTO r"), FAILURE, "INSERT INTO r needs its rows")
+
+
+def test_parameters_and_json_output(tmp_path: Path):
+    db = str(tmp_path / "a.duckdb")
+    assert crr("sql", "--db", db, "CREATE REPLICATED TABLE r (k INT, v VARCHAR, b BLOB, d DECIMAL(5,2))").returncode == 0
+    proc = crr("sql", "--db", db, "--params", '[1, "NULL", null, "1.50"]', "INSERT INTO r VALUES (?, ?, ?, ?)")
+    assert proc.returncode == 0, proc
+    proc = crr("sql", "--db", db, "--params", '{"v": "tab\\there"}', "INSERT INTO r VALUES (2, $v, '\\x00A'::BLOB, NULL)")
+    assert proc.returncode == 0, proc
+    out = crr("sql", "--db", db, "--format", "json", "SELECT k, v, b, d FROM r ORDER BY k").stdout
+    assert [json.loads(line) for line in out.splitlines()] == [[1, "NULL", None, "1.50"], [2, "tab\there", "0041", None]]
+    refused(crr("sql", "--db", db, "--params", "[1,", "SELECT ?"), USAGE, "--params", "not JSON")
+    refused(crr("sql", "--db", db, "--params", "5", "SELECT ?"), USAGE, "--params", "JSON array")
+    refused(crr("sql", "--db", db, "--params", "[1]", stdin="SELECT 1\n"), USAGE, "--params goes with a statement")
+
+
+def test_ctrl_c_during_a_query_is_interrupted_not_a_traceback(tmp_path: Path):
+    """Ctrl-C while DuckDB ran a long query ended in a RuntimeError traceback."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (see test_cli_errors)
+    try:
+        proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb"), "--create"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("SELECT 41 + 1\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready and proc.stdout.readline() == "42\n"  # the site is open: the next statement runs at once
+        proc.stdin.write("SELECT count(*) FROM range(300000000000)\n")  # minutes of work
+        proc.stdin.flush()
+        time.sleep(1.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in err and "RuntimeError" not in err, err
+    assert proc.returncode == 130 and "interrupted" in err
+
+
+def test_serve_does_not_turn_a_plain_duckdb_file_into_a_site(tmp_path: Path):
+    plain = str(tmp_path / "plain.duckdb")
+    con = duckdb.connect(plain)
+    con.execute("CREATE TABLE mine (a INT)")
+    con.close()
+    secret = tmp_path / "secret"
+    secret.write_text("ab" * 32)
+    refused(crr("serve", "--db", plain, "--secret-file", str(secret), "--listen", "127.0.0.1:0"), USAGE,
+            "not a crr site", "--create")
+    con = duckdb.connect(plain)
+    assert con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = '_crr'").fetchall() == [(0,)]
+    con.close()
