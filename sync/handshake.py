@@ -74,6 +74,14 @@ def _told(e: crypto.AuthError) -> str:
     return e.remote if isinstance(e, crypto.IdentityError) else "authentication failed"
 
 
+def _why(refusal: dict) -> str:
+    """What a peer's refusal said, with what a bare "authentication failed" means."""
+    said = str(refusal.get("message"))[:300]
+    if said == "authentication failed":
+        said += " (the two sides hold different deployment secrets)"
+    return said
+
+
 def _signed(role: str, h: bytes) -> bytes:
     return b"crr handshake signature|" + role.encode() + b"|" + h
 
@@ -95,7 +103,7 @@ async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
                               "sig": identity.sign(_signed("client", h))})
     answer = await recv_plain(reader)
     if answer.get("t") == "error":
-        raise crypto.AuthError(f"{peer} refused us: {str(answer.get('message'))[:300]}")
+        raise crypto.AuthError(f"{peer} refused this side's proof: {_why(answer)}")
     if answer.get("t") != "ok":
         raise ProtocolError(f"expected the handshake's ok, got {str(answer.get('t'))[:40]!r}")
     return Handshake(crypto.Channel(secret + shared, mine, theirs, h, is_client=True), peer, peer_key)
@@ -133,7 +141,7 @@ async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
                               "sig": identity.sign(_signed("server", h))})
     auth = await recv_plain(reader)
     if auth.get("t") == "error":
-        raise crypto.AuthError(f"the peer refused us: {str(auth.get('message'))[:300]}")
+        raise crypto.AuthError(f"the connecting peer refused this side's proof: {_why(auth)}")
     shared = await _authenticate(writer, secret, "client", h, auth, peer, peer_key, dh, peer_dh, trust)
     await send_plain(writer, {"t": "ok"})
     return Handshake(crypto.Channel(secret + shared, theirs, mine, h, is_client=False), peer, peer_key)

@@ -207,3 +207,39 @@ def test_handshake_proves_the_private_key_and_gives_session_keys_only_to_the_two
     client, server = _run_handshake(crypto.Identity.ephemeral(), refuse)
     assert isinstance(server, crypto.IdentityError)
     assert isinstance(client, crypto.AuthError) and "bound to another key" in str(client)
+
+
+def test_a_peer_with_another_secret_is_named_as_such_on_both_sides():
+    """The side whose proof the other refused logged "the peer refused us: authentication failed",
+    which read as if the other side were at fault (found by a probe of the command line)."""
+    async def main():
+        outcome = {}
+
+        async def serve(reader, writer):
+            try:
+                await handshake.server_handshake(reader, writer, SECRET, "s", crypto.Identity.ephemeral())
+            except Exception as e:  # noqa: BLE001 - the test inspects it
+                outcome["server"] = e
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        try:
+            await asyncio.wait_for(handshake.client_handshake(reader, writer, b"another" * 8, "c",
+                                                              crypto.Identity.ephemeral()), 5)
+        except Exception as e:  # noqa: BLE001
+            outcome["client"] = e
+        finally:
+            writer.close()
+        for _ in range(100):
+            if "server" in outcome:
+                break
+            await asyncio.sleep(0.02)
+        server.close()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert isinstance(outcome["client"], crypto.AuthError) and isinstance(outcome["server"], crypto.AuthError)
+    assert "refused this side's proof: authentication failed (the two sides hold different deployment secrets)" \
+        in str(outcome["server"]), outcome
