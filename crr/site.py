@@ -203,6 +203,12 @@ class Site:
     def __repr__(self) -> str:
         return f"Site({self.path!r}, site_id={self.site_id!r})"
 
+    def interrupt(self) -> None:
+        """Stop the statement another thread is running on this site (it raises, and a write or merge it
+        was changes nothing); call it from a thread other than the one running the statement. Without
+        a running statement it does nothing."""
+        self._state.con.interrupt()
+
     # -- introspection -------------------------------------------------------------------------
     @property
     def cursor(self) -> int:

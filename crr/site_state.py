@@ -56,6 +56,8 @@ def translated_errors(rewritten: bool = False) -> Iterator[None]:
     shows crr's own text, is left out."""
     try:
         yield
+    except duckdb.InterruptException:
+        raise CrrError("the statement was interrupted (Site.interrupt); nothing was changed") from None
     except duckdb.Error as e:
         text = str(e).strip()
         if rewritten:

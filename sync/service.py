@@ -172,6 +172,9 @@ class RateLimitedLog:
             self.flush(kind)
 
 
+CONTROL_WATCH_SECONDS = 0.2  # how often a running control statement checks that its client is still there
+
+
 def _plain(value: Any) -> Any:
     """msgpack fallback for query results (dates, decimals, UUIDs ...): their text."""
     return str(value)
@@ -786,6 +789,20 @@ class SyncService:
         finally:
             writer.close()
 
+    async def _unless_client_leaves(self, link: Link, running: Any) -> Any:
+        """Await a control statement running on a worker thread; if the client closes the connection
+        meanwhile (Ctrl-C in crr sql), interrupt it, so it does not hold the site (and every merge)
+        until it ends. The client sends nothing more before its answer, so the end of its stream can
+        only mean it left."""
+        task = asyncio.ensure_future(running)
+        while not task.done():
+            await asyncio.wait({task}, timeout=CONTROL_WATCH_SECONDS)
+            if not task.done() and link.reader.at_eof():
+                log.info("control client left while its statement ran; interrupting it")
+                self.site.interrupt()
+                break
+        return await task
+
     async def _control(self, link: Link, m: dict) -> None:
         """Answer one control request.
 
@@ -801,7 +818,8 @@ class SyncService:
                 return
             async with self._site_lock:
                 before = self.site.cursor
-                rows = await asyncio.to_thread(self.site.execute, m["sql"], m.get("params"))
+                rows = await self._unless_client_leaves(link, asyncio.to_thread(self.site.execute, m["sql"],
+                                                                                m.get("params")))
                 wrote = self.site.cursor != before
             if wrote:
                 self._spawn(self._notify())

@@ -161,3 +161,18 @@ def test_a_dropped_relations_tracked_cursors_are_forgotten(site: crr.Site):
     site.execute("INSERT INTO t VALUES (2, 'b')")
     peer.merge(site.changes(since=peer.peer_cursor("s", "t")), track=True)
     assert peer.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
+
+
+def test_interrupt_stops_a_running_statement_and_the_site_goes_on():
+    """Site.interrupt (what crr serve calls when a control client leaves) from another thread."""
+    import threading
+    site = crr.Site()
+    site.execute("CREATE REPLICATED TABLE r (k INTEGER)")
+    site.interrupt()  # nothing running: nothing happens, and the next statement runs
+    site.execute("INSERT INTO r VALUES (1)")
+    timer = threading.Timer(1.0, site.interrupt)
+    timer.start()
+    with pytest.raises(crr.CrrError, match="was interrupted"):
+        site.execute("SELECT count(*) FROM range(30000000000000)")
+    timer.join()
+    assert site.execute("SELECT * FROM r") == [(1,)]

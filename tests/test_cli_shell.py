@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from crr.sync.commands import shell_statements
-from tests.test_cli_errors import CRR, FAILURE, USAGE, crr, refused
+from tests.test_cli_errors import CRR, FAILURE, USAGE, _start_serve, crr, refused, stop_serve
 
 
 def test_shell_statements_span_lines_and_skip_blank_and_comment_lines():
@@ -92,3 +92,24 @@ def test_serve_does_not_turn_a_plain_duckdb_file_into_a_site(tmp_path: Path):
     con = duckdb.connect(plain)
     assert con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = '_crr'").fetchall() == [(0,)]
     con.close()
+
+
+def test_a_query_whose_client_left_is_interrupted_at_the_serve(tmp_path: Path):
+    """A crr sql client stopped (Ctrl-C) while its statement ran through crr serve left the statement
+    running, holding the site, so the next statement (and every merge) waited for it, minutes here."""
+    db, secret = str(tmp_path / "a.duckdb"), tmp_path / "secret"
+    secret.write_text("s" * 40)
+    assert crr("sql", "--db", db, "CREATE REPLICATED TABLE t (a INT)").returncode == 0
+    serve = _start_serve(db, str(secret))
+    try:
+        client = subprocess.Popen([*CRR, "sql", "--db", db, "--secret-file", str(secret),
+                                   "SELECT count(*) FROM range(30000000000000)"],  # far longer than a minute
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(3)  # connected, and running the statement
+        assert client.poll() is None
+        client.kill()
+        client.wait()
+        after = crr("sql", "--db", db, "--secret-file", str(secret), "SELECT 42", timeout=60)
+        assert after.returncode == 0 and after.stdout == "42\n", after
+    finally:
+        stop_serve(serve)
