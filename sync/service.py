@@ -647,6 +647,8 @@ class SyncService:
         changed = False
         async with self._site_lock:
             wanted = self._wanted_relations(link)
+        for key in [k for k in self.failures if k[0] == link.peer and k[1] not in wanted]:
+            del self.failures[key]  # no longer pulled from that peer (dropped there or here): nothing fails
         for name in wanted:
             failure = self.failures.get((link.peer, name))
             if failure is not None and time.monotonic() < failure.next_try:

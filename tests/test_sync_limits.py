@@ -259,6 +259,35 @@ def test_a_failing_relation_does_not_stall_the_others_and_is_retried(tmp_path):
         b.close()
 
 
+def test_a_failure_of_a_relation_no_longer_pulled_leaves_the_status(tmp_path):
+    """A merge failure stayed in status()["failing"], retried at once, after its source dropped the
+    relation (found by a probe of the command line)."""
+    ddl = ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)")
+    a, b = _site(tmp_path, "a", ddl), _site(tmp_path, "b", ddl)
+    merge = b.merge
+
+    def failing_merge(cs, track=False):
+        if [r.name for r in cs.relations] == ["r"]:
+            raise duckdb.ConstraintException("Constraint Error: NOT NULL constraint failed: r.b")
+        return merge(cs, track=track)
+
+    b.merge = failing_merge
+    sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
+    sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address], pull_interval=0.2).start()
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        assert wait_for(lambda: [f["relation"] for f in sb.status()["failing"]] == ["r"], 10)
+        sa.execute("DROP TABLE r")  # announced: a no longer serves r
+        sa.execute("INSERT INTO q VALUES (7)")
+        assert wait_for(lambda: rows(sb, "SELECT * FROM q") == [(7,)], 10)
+        assert wait_for(lambda: sb.status()["failing"] == [], 10), sb.status()["failing"]
+    finally:
+        sb.stop()
+        sa.stop()
+        a.close()
+        b.close()
+
+
 def test_retries_back_off(tmp_path):
     ddl = ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)",)
     a, b = _site(tmp_path, "a", ddl), _site(tmp_path, "b", ddl)
