@@ -293,17 +293,22 @@ def test_sql_shell_exit_code_reports_failed_statements(tmp_path: Path) -> None:
     assert proc.returncode == FAILURE and "nosuch" in proc.stderr and proc.stdout == "5\n", proc
 
 
-def test_sql_shell_interrupted(tmp_path: Path) -> None:
-    """Ctrl-C in the crr sql shell ended in a KeyboardInterrupt traceback."""
+def interruptible_shell(db: str, *extra: str) -> subprocess.Popen:
+    """A crr sql shell on ``db`` (pipes for its three streams) that Ctrl-C (SIGINT) interrupts."""
     # A process started in the background by a non-interactive shell ignores SIGINT, and its children
     # inherit that (Python then never raises KeyboardInterrupt): the shell gets Ctrl-C's default
     # disposition here, as it has in a terminal, whatever started the test run.
     inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb")], stdin=subprocess.PIPE,
+        return subprocess.Popen([*CRR, "sql", "--db", db, *extra], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finally:
         signal.signal(signal.SIGINT, inherited)
+
+
+def test_sql_shell_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C in the crr sql shell ended in a KeyboardInterrupt traceback."""
+    proc = interruptible_shell(str(tmp_path / "a.duckdb"))
     try:
         ready, _, _ = select.select([proc.stderr], [], [], 60)
         assert ready and "one statement per line" in proc.stderr.readline()  # the shell is reading

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 
 from crr.sync.commands import shell_statements
-from tests.test_cli_errors import CRR, FAILURE, USAGE, _start_serve, crr, refused, stop_serve
+from tests.test_cli_errors import CRR, FAILURE, USAGE, _start_serve, crr, interruptible_shell, refused, stop_serve
 
 
 def test_shell_statements_span_lines_and_skip_blank_and_comment_lines():
@@ -54,12 +54,7 @@ def test_parameters_and_json_output(tmp_path: Path):
 
 def test_ctrl_c_during_a_query_is_interrupted_not_a_traceback(tmp_path: Path):
     """Ctrl-C while DuckDB ran a long query ended in a RuntimeError traceback."""
-    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (see test_cli_errors)
-    try:
-        proc = subprocess.Popen([*CRR, "sql", "--db", str(tmp_path / "a.duckdb"), "--create"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finally:
-        signal.signal(signal.SIGINT, inherited)
+    proc = interruptible_shell(str(tmp_path / "a.duckdb"), "--create")
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("SELECT 41 + 1\n")

@@ -138,7 +138,7 @@ def test_without_trust_on_first_use_only_given_keys_connect(tmp_path):
         SyncService(s, SECRET, trusted_keys={"a": "abcd"})
 
 
-def _run_handshake(client_identity, server_trust=None, client_site="c"):
+def _run_handshake(client_identity, server_trust=None, client_site="c", client_secret=SECRET):
     """One handshake over loopback; returns (client outcome, server outcome), each a Handshake or an error."""
     server_identity = crypto.Identity.ephemeral()
 
@@ -158,7 +158,7 @@ def _run_handshake(client_identity, server_trust=None, client_site="c"):
         reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
         try:
             results["client"] = await asyncio.wait_for(
-                handshake.client_handshake(reader, writer, SECRET, client_site, client_identity), 5)
+                handshake.client_handshake(reader, writer, client_secret, client_site, client_identity), 5)
         except Exception as e:  # noqa: BLE001
             results["client"] = e
         finally:
@@ -212,34 +212,7 @@ def test_handshake_proves_the_private_key_and_gives_session_keys_only_to_the_two
 def test_a_peer_with_another_secret_is_named_as_such_on_both_sides():
     """The side whose proof the other refused logged "the peer refused us: authentication failed",
     which read as if the other side were at fault (found by a probe of the command line)."""
-    async def main():
-        outcome = {}
-
-        async def serve(reader, writer):
-            try:
-                await handshake.server_handshake(reader, writer, SECRET, "s", crypto.Identity.ephemeral())
-            except Exception as e:  # noqa: BLE001 - the test inspects it
-                outcome["server"] = e
-            finally:
-                writer.close()
-
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
-        try:
-            await asyncio.wait_for(handshake.client_handshake(reader, writer, b"another" * 8, "c",
-                                                              crypto.Identity.ephemeral()), 5)
-        except Exception as e:  # noqa: BLE001
-            outcome["client"] = e
-        finally:
-            writer.close()
-        for _ in range(100):
-            if "server" in outcome:
-                break
-            await asyncio.sleep(0.02)
-        server.close()
-        return outcome
-
-    outcome = asyncio.run(main())
-    assert isinstance(outcome["client"], crypto.AuthError) and isinstance(outcome["server"], crypto.AuthError)
+    client, server = _run_handshake(crypto.Identity.ephemeral(), client_secret=b"another" * 8)
+    assert isinstance(client, crypto.AuthError) and isinstance(server, crypto.AuthError)
     assert "refused this side's proof: authentication failed (the two sides hold different deployment secrets)" \
-        in str(outcome["server"]), outcome
+        in str(server), server

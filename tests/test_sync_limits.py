@@ -220,19 +220,26 @@ def test_malformed_message_drops_the_peer_with_one_line(tmp_path, caplog, liar):
 
 
 # -- a relation whose merge fails -----------------------------------------------------------------------
-def test_a_failing_relation_does_not_stall_the_others_and_is_retried(tmp_path):
-    ddl = ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)")
-    a, b = _site(tmp_path, "a", ddl), _site(tmp_path, "b", ddl)
+def _fail_merges_of_r(site: crr.Site) -> threading.Event:
+    """Make ``site`` refuse every changeset of relation r alone, as a NOT NULL failure, while the
+    returned event is set (it is)."""
     broken = threading.Event()
     broken.set()
-    merge = b.merge
+    merge = site.merge
 
     def failing_merge(cs, track=False):
         if broken.is_set() and [r.name for r in cs.relations] == ["r"]:
             raise duckdb.ConstraintException("Constraint Error: NOT NULL constraint failed: r.b")
         return merge(cs, track=track)
 
-    b.merge = failing_merge
+    site.merge = failing_merge
+    return broken
+
+
+def test_a_failing_relation_does_not_stall_the_others_and_is_retried(tmp_path):
+    ddl = ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)")
+    a, b = _site(tmp_path, "a", ddl), _site(tmp_path, "b", ddl)
+    broken = _fail_merges_of_r(b)
     sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
     sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address], pull_interval=0.2).start()
     try:
@@ -264,14 +271,7 @@ def test_a_failure_of_a_relation_no_longer_pulled_leaves_the_status(tmp_path):
     relation (found by a probe of the command line)."""
     ddl = ("CREATE REPLICATED TABLE r (a INT, b VARCHAR)", "CREATE REPLICATED TABLE q (x INT)")
     a, b = _site(tmp_path, "a", ddl), _site(tmp_path, "b", ddl)
-    merge = b.merge
-
-    def failing_merge(cs, track=False):
-        if [r.name for r in cs.relations] == ["r"]:
-            raise duckdb.ConstraintException("Constraint Error: NOT NULL constraint failed: r.b")
-        return merge(cs, track=track)
-
-    b.merge = failing_merge
+    _fail_merges_of_r(b)
     sa = SyncService(a, SECRET, listen=("127.0.0.1", 0)).start()
     sb = SyncService(b, SECRET, listen=("127.0.0.1", 0), peers=[sa.address], pull_interval=0.2).start()
     try:
