@@ -287,6 +287,22 @@ def test_a_spark_copy_refuses_the_rows_of_a_view_declared_again_with_another_que
     sp.close()
 
 
+def test_a_relation_dropped_at_a_spark_site_leaves_no_entries(spark, tmp_path):
+    """DROP left the relation's causal-length entries, so a table declared again under the name
+    refused a key its dropped rows had held, and sent their entries on (found by a probe)."""
+    sp = SparkSite(spark, str(tmp_path / "spark"), site_id="cloud")
+    sp.execute("CREATE REPLICATED TABLE rk (k INTEGER PRIMARY KEY, s VARCHAR)")
+    sp.execute("CREATE REPLICATED TABLE other (k INTEGER)")
+    sp.insert_many("rk", [(1, "a")])
+    sp.insert_many("other", [(5,)])
+    sp.execute("DROP TABLE rk")
+    sp.execute("CREATE REPLICATED TABLE rk (k INTEGER PRIMARY KEY, s VARCHAR)")
+    sp.insert_many("rk", [(1, "q")])
+    assert _spark_rows(sp, "rk") == [(1, "q")]
+    assert sorted(sp.changes().cl.column("rel").to_pylist()) == ["other", "rk"]  # one entry each
+    sp.close()
+
+
 # -- atomicity, restart, errors ----------------------------------------------------------------------------
 
 KILL_CHILD = r"""

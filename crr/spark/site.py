@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 import sqlglot
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
@@ -422,6 +423,12 @@ class SparkSite:
                 txn.drop(key)
             for cursors in txn.meta.get("cursors", {}).values():  # declared again, the name starts at 0
                 cursors.pop(rel.name, None)
+            # the entries of base relations nothing else here reads go too, as at a DuckDB site: a
+            # relation declared again under the name would otherwise find its old rows' lengths
+            remaining = frozenset().union(*(catalog.lineage(n) for n in catalog if n != rel.name))
+            gone = sorted(catalog.lineage(rel.name) - remaining)
+            if gone:
+                txn.replace(CL, txn.read(CL).where(~F.col("rel").isin(gone)))
             return None, catalog.without(rel.name), False
         self._run(work)
         self._typer.execute(f"DROP TABLE IF EXISTS {quote_ident(rel.name)}")
