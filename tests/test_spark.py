@@ -311,11 +311,11 @@ original_replace = store.os.replace
 def replace(src, dst):
     if dst.endswith("CURRENT") and point == "switch":
         print("killme", flush=True)
-        time.sleep(60)
+        time.sleep(600)
     original_replace(src, dst)
     if dst.endswith("CURRENT") and point == "after":
         print("killme", flush=True)
-        time.sleep(60)
+        time.sleep(600)
 
 store.os.replace = replace
 site = SparkSite(spark_session(), sys.argv[1])
@@ -331,49 +331,60 @@ def _base_site(site_id: str) -> crr.Site:
     return s
 
 
-@pytest.mark.parametrize("point,survives", [("switch", False), ("after", True)])
-def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_path, point, survives):
+def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_path):
     """A process killed just before the manifest switch (all Spark jobs of the merge done, its parts
     written) reopens to the state before the merge; killed just after the switch, to the state after
-    it (each case starts a JVM, so there are only these two). Parts the
-    killed merge wrote are deleted at reopen, and merging again gives the merged state."""
+    it. Parts the killed merge wrote are deleted at reopen, and merging again gives the merged state.
+    (Each case is a process with its own JVM; the two run at once, on two copies of one site.)"""
     src = _base_site("src")
     src.insert_many("r", [(i, f"b{i % 3}", float(i % 4) - 1) for i in range(30)])
     first = src.changes()
     src.execute("DELETE FROM r WHERE a < 10")
     src.insert_many("r", [(i, "new", 1.0) for i in range(100, 120)])
     second = src.changes(since=first.cursor)
-    path = str(tmp_path / "site")
-    site = SparkSite(spark, path, site_id="cloud")
-    site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
-    site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
-    site.merge(first.to_bytes())
-    before = {n: _spark_rows(site, n) for n in ("r", "big")}
-    site.close()
+    points = {"switch": False, "after": True}  # where the process is killed: whether the merge survives
+    path = {point: str(tmp_path / point) for point in points}
+    before = {}
+    for point in points:
+        site = SparkSite(spark, path[point], site_id="cloud")
+        site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+        site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+        site.merge(first.to_bytes())
+        before[point] = {n: _spark_rows(site, n) for n in ("r", "big")}
+        site.close()
     (tmp_path / "second.bin").write_bytes(second.to_bytes())
-    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, path, point, str(tmp_path / "second.bin")],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    children = {point: subprocess.Popen([sys.executable, "-c", KILL_CHILD, path[point], point,
+                                         str(tmp_path / "second.bin")], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+                for point in points}
     try:
-        line = child.stdout.readline()
-        assert line.strip() == "killme", f"child stopped early: {line!r}"
-        os.killpg(child.pid, signal.SIGKILL)
+        for point, child in children.items():
+            line = child.stdout.readline()
+            assert line.strip() == "killme", f"child ({point}) stopped early: {line!r}"
+            os.killpg(child.pid, signal.SIGKILL)
     finally:
-        child.wait(timeout=60)
-    site = SparkSite(spark, path)
-    after = {n: _spark_rows(site, n) for n in ("r", "big")}
-    reference = _base_site("ref")
-    reference.merge(first)
-    if survives:
-        reference.merge(second)
-    assert after == {n: _duck(reference, n) for n in ("r", "big")}
-    assert (after == before) is not survives
-    live = {p for t in site._store.manifest["tables"].values() for p in t["parts"]}
-    on_disk = {f"{t}/{p}" for t in os.listdir(os.path.join(path, "data")) for p in os.listdir(os.path.join(path, "data", t))}
-    assert on_disk == live  # nothing the killed merge wrote is left behind
-    site.merge(second.to_bytes())
-    reference.merge(second)
-    assert {n: _spark_rows(site, n) for n in ("r", "big")} == {n: _duck(reference, n) for n in ("r", "big")}
-    site.close()
+        for child in children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=60)
+    for point, survives in points.items():
+        site = SparkSite(spark, path[point])
+        after = {n: _spark_rows(site, n) for n in ("r", "big")}
+        reference = _base_site("ref")
+        reference.merge(first)
+        if survives:
+            reference.merge(second)
+        assert after == {n: _duck(reference, n) for n in ("r", "big")}, point
+        assert (after == before[point]) is not survives, point
+        live = {p for t in site._store.manifest["tables"].values() for p in t["parts"]}
+        data = os.path.join(path[point], "data")
+        on_disk = {f"{t}/{p}" for t in os.listdir(data) for p in os.listdir(os.path.join(data, t))}
+        assert on_disk == live, point  # nothing the killed merge wrote is left behind
+        site.merge(second.to_bytes())
+        if not survives:
+            reference.merge(second)
+        assert {n: _spark_rows(site, n) for n in ("r", "big")} == {n: _duck(reference, n) for n in ("r", "big")}
+        site.close()
 
 
 def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, monkeypatch):
