@@ -314,6 +314,11 @@ class Catalog(Mapping[str, Relation]):
                      else COPY_INPUT) for r in rel.plan.inputs))
         return self._definitions[name]
 
+    def lineage_of_others(self, name: str) -> frozenset[str]:
+        """The base relations in the lineage of some relation other than ``name``: what a DROP of
+        ``name`` must keep the causal-length entries of (both backends delete the rest)."""
+        return frozenset().union(*(self.lineage(n) for n in self._relations if n != name))
+
     def derived_from(self, name: str) -> list[str]:
         """The other relations whose lineage holds ``name`` (they change when its tuples do)."""
         return [n for n in self._relations if n != name and name in self.lineage(n)]

@@ -154,10 +154,7 @@ def drop(state: SiteState, stmt: Drop, sql: str) -> list[tuple]:
         if rel.colocated:  # its source's entries stay, in _crr.cl, as they would in the standard layout
             state.uncolocate(state.rels, [rel])
             rel = state.rels[rel.name]
-        remaining: set[str] = set()
-        for other in state.rels.values():
-            if other.name != rel.name:
-                remaining |= state.rels.lineage(other.name)
+        remaining = state.rels.lineage_of_others(rel.name)
         if rel.replica and rel.name in remaining:  # its entries stay, in _crr.cl, for the relations holding it
             state.con.execute(replica.keep_entries_sql(rel))
             state.note_unchecked_entries()

@@ -90,12 +90,11 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
     if width is not None and width != len(target_cols):
         raise SqlError(f"INSERT into {table} gives {width} values for {len(target_cols)} columns "
                        f"({', '.join(target_cols)}); give one value per column")
-    if isinstance(source, exp.Values) and any(isinstance(v, exp.Var) and v.name.upper() == "DEFAULT"
-                                             for row in source.expressions
-                                             for v in (row.expressions if isinstance(row, exp.Tuple) else [row])):
-        raise UnsupportedSqlError("INSERT ... VALUES (..., DEFAULT) is not supported: crr tables have no column "
-                                  "defaults; give the value (or NULL), or leave the column out of the column list")
     if isinstance(source, exp.Values):
+        if any(isinstance(v, exp.Var) and v.name.upper() == "DEFAULT" for row in source.expressions
+               for v in (row.expressions if isinstance(row, exp.Tuple) else [row])):
+            raise UnsupportedSqlError("INSERT ... VALUES (..., DEFAULT) is not supported: crr tables have no column "
+                                      "defaults; give the value (or NULL), or leave the column out of the column list")
         # each cell is cast to its column's type inside the list, as DuckDB's own INSERT does, so literals
         # of different types in one column ('infinity' beside TIMESTAMP '...') need not unify first
         types = dict(columns)

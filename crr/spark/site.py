@@ -425,8 +425,7 @@ class SparkSite:
                 cursors.pop(rel.name, None)
             # the entries of base relations nothing else here reads go too, as at a DuckDB site: a
             # relation declared again under the name would otherwise find its old rows' lengths
-            remaining = frozenset().union(*(catalog.lineage(n) for n in catalog if n != rel.name))
-            gone = sorted(catalog.lineage(rel.name) - remaining)
+            gone = sorted(catalog.lineage(rel.name) - catalog.lineage_of_others(rel.name))
             if gone:
                 txn.replace(CL, txn.read(CL).where(~F.col("rel").isin(gone)))
             return None, catalog.without(rel.name), False
