@@ -1,7 +1,7 @@
 """Gupta counting on PySpark (local mode): the baseline for large views.
 
 One SparkSession, created once and reused, sized for a small machine: ``local[2]``, 4 shuffle
-partitions, Arrow transfers, no UI. Batches reach Spark as Arrow (``createDataFrame`` of a pyarrow
+partitions (:data:`SHUFFLE_PARTITIONS`), Arrow transfers, no UI. Batches reach Spark as Arrow (``createDataFrame`` of a pyarrow
 Table, PySpark 4's direct Arrow path: no pandas on the way).
 
 The view is a DataFrame of (columns, cnt); each step unions the signed delta rows onto it,
@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 _SPARK = None
+SHUFFLE_PARTITIONS = 4  # the benchmarks' setting; the test suite sets 2 (tests/conftest.py)
 R1_SCHEMA = "a int, b int, c int, d int, e string"
 R2_SCHEMA = "k int, c int"
 
@@ -41,8 +42,8 @@ def spark_session():
         os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
         from pyspark.sql import SparkSession
         _SPARK = (SparkSession.builder.master("local[2]").appName("crr-bench")
-                  .config("spark.sql.shuffle.partitions", "4")
-                  .config("spark.default.parallelism", "4")
+                  .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+                  .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
                   .config("spark.driver.memory", "4g")
                   .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                   .config("spark.ui.enabled", "false")

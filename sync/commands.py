@@ -140,7 +140,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--params", type=_json_params, metavar="JSON",
                    help="the statement's parameters: a JSON array for ? or $1, an object for $name")
     p.add_argument("--format", choices=("tsv", "json"), default="tsv",
-                   help="rows as tab-separated text (NULL for a NULL; the default), or as JSON Lines (one "
+                   help="rows as tab-separated text (NULL for a NULL; a backslash, tab or line break inside a value "
+                        "escaped as \\\\, \\t, \\n, \\r; the default), or as JSON Lines (one "
                         "array per row: null, numbers, strings; bytes as hex, other values as their text)")
     p.add_argument("statement", nargs="?", help="the statement (omit for a shell reading one statement per line)")
     p = sub.add_parser("status", help="relations, views, peers, cursors and how far behind each stream is")
@@ -452,12 +453,22 @@ def _json_value(v: Any) -> Any:
     return str(v)
 
 
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _tsv_value(v: Any) -> str:
+    r"""A value as one TSV field: NULL for a NULL; a backslash, tab, newline or carriage return inside
+    it escaped as PostgreSQL's text format does (``\\``, ``\t``, ``\n``, ``\r``), so a row stays one
+    line of as many fields as it has columns."""
+    return "NULL" if v is None else str(v).translate(_TSV_ESCAPES)
+
+
 def _print_rows(rows: list | None, fmt: str = "tsv") -> None:
     for row in rows or []:
         if fmt == "json":
             _out(json.dumps([_json_value(v) for v in row], ensure_ascii=False))
         else:
-            _out("\t".join("NULL" if v is None else str(v) for v in row))
+            _out("\t".join(_tsv_value(v) for v in row))
 
 
 class _LocalSite:

@@ -47,6 +47,10 @@ def test_parameters_and_json_output(tmp_path: Path):
     assert proc.returncode == 0, proc
     out = crr("sql", "--db", db, "--format", "json", "SELECT k, v, b, d FROM r ORDER BY k").stdout
     assert [json.loads(line) for line in out.splitlines()] == [[1, "NULL", None, "1.50"], [2, "tab\there", "0041", None]]
+    # TSV: a tab, line break or backslash inside a value is escaped, so each row is one line of its fields
+    assert crr("sql", "--db", db, "--params", '["a\\\\b\\nc\\r"]', "INSERT INTO r (k, v) VALUES (3, ?)").returncode == 0
+    out = crr("sql", "--db", db, "SELECT k, v, d FROM r WHERE k > 1 ORDER BY k").stdout
+    assert out.splitlines() == ["2\ttab\\there\tNULL", "3\ta\\\\b\\nc\\r\tNULL"]
     refused(crr("sql", "--db", db, "--params", "[1,", "SELECT ?"), USAGE, "--params", "not JSON")
     refused(crr("sql", "--db", db, "--params", "5", "SELECT ?"), USAGE, "--params", "JSON array")
     refused(crr("sql", "--db", db, "--params", "[1]", stdin="SELECT 1\n"), USAGE, "--params goes with a statement")
