@@ -28,7 +28,7 @@ from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
 from crr.sql.validate import check_relation_names, function_name, refuse
-from crr.sql.statements import CreateTable, CreateView, Drop, Other, RelationKind, parse_one
+from crr.sql.statements import RESERVED_PREFIX, CreateTable, CreateView, Drop, Other, RelationKind, is_reserved, parse_one
 from crr.types import Column, type_family, type_probe_sql
 
 USER_FUNCTIONS_SQL = "SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE NOT internal"
@@ -144,6 +144,9 @@ def drop(state: SiteState, stmt: Drop, sql: str) -> list[tuple]:
     """DROP of a crr relation (a plain DROP TABLE or DROP VIEW of anything else runs as it is)."""
     rel = state.rels.get(stmt.name)
     if rel is None:
+        if stmt.kind is None and is_reserved(stmt.name):
+            raise UnsupportedSqlError(f"{stmt.name} belongs to crr (names starting with {RESERVED_PREFIX} are its "
+                                      "own tables) and cannot be dropped")
         if stmt.kind is None:  # plain DROP TABLE / DROP VIEW of a non-crr object
             return run_other(state, Other(sql=sql, tree=None, read_only=True), None)
         if stmt.if_exists:

@@ -20,6 +20,7 @@ relation outside crr.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -39,7 +40,7 @@ from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, P
                        added_values_sql, flips_values_sql, param_texts)
 from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
 from crr.sql import dml
-from crr.sql.statements import Dml, DmlKind, Other, RelationKind, fold_identifier
+from crr.sql.statements import RESERVED_PREFIX, Dml, DmlKind, Other, RelationKind, fold_identifier, is_reserved
 from crr.writes import prepare_update, prepare_write
 
 POINT_TABLE = "_crr_point_arrow"  # the Arrow slot of a point write's flips and rows (crr.point)
@@ -51,6 +52,10 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     rels = state.rels
     _refuse_sources(state, stmt.tables)
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
+        reserved = sorted(t for t in stmt.writes if is_reserved(t) and t not in rels)
+        if reserved:  # crr's temporary tables: one of the app's own would hide or be hidden by it
+            raise UnsupportedSqlError(f"this statement would create or change {', '.join(reserved)}: names starting "
+                                      f"with {RESERVED_PREFIX} belong to crr (its own tables); pick another name")
         touched = {t for t in stmt.writes if t in rels or t == f"{SCHEMA}."}
         if touched:
             try:  # text DuckDB cannot parse (a typo: INSRT) is a syntax error, not a write
@@ -69,9 +74,23 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     with translated_errors():
         cur = state.con.execute(stmt.sql, params) if params else state.con.execute(stmt.sql)
         try:
-            return cur.fetchall()
+            rows = cur.fetchall()
         except duckdb.InvalidInputException:
             return []
+    if _SHOW_TABLES.match(stmt.sql):
+        return _without_crr_temp_tables(rows, [d[0] for d in cur.description or []])
+    return rows
+
+
+_SHOW_TABLES = re.compile(r"^\s*show\s+(all\s+)?tables\s*;?\s*$", re.I)
+
+
+def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]:
+    """SHOW [ALL] TABLES without crr's temporary tables and Arrow views (``_crr_...``), which the
+    site's connection holds between writes; its schema ``_crr`` stays listed."""
+    name = names.index("name") if "name" in names else 0
+    temporary = names.index("temporary") if "temporary" in names else None
+    return [r for r in rows if not (is_reserved(r[name]) and (temporary is None or r[temporary]))]
 
 
 def _refuse_sources(state: SiteState, names) -> None:
@@ -101,7 +120,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
     """INSERT, UPDATE or DELETE: on a replicated table by the routes of the module docstring; on an
     application's own table as it is. Returns ``[(rows affected,)]``."""
     if stmt.target not in state.rels:
-        if stmt.target.startswith("_crr") or (stmt.tree.this and getattr(stmt.tree.this, "db", "") == SCHEMA):
+        if is_reserved(stmt.target) or (stmt.tree.this and getattr(stmt.tree.this, "db", "") == SCHEMA):
             raise UnsupportedSqlError("crr's internal tables cannot be written directly")
         return run_other(state, Other(sql=stmt.tree.sql("duckdb"), tree=stmt.tree, read_only=True), params)
     rel = writable(state, stmt.target)

@@ -20,7 +20,8 @@ from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one
 
 __all__ = [
     "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
-    "Statement", "classify", "fold_identifier", "normalize_name", "parse_one",
+    "Statement", "classify", "fold_identifier", "normalize_name", "parse_one", "RESERVED_PREFIX", "is_reserved",
+    "check_not_reserved",
 ]  # DIALECT, fold_identifier, normalize_name and parse_one live in crr.sql.parse; importable here as before
 
 _CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
@@ -203,6 +204,21 @@ def _kind_of(words: str) -> RelationKind:
         RelationKind.SOURCE if second == "source" else RelationKind.REMOTE)
 
 
+RESERVED_PREFIX = "_crr"  # crr's own objects: the schema _crr, temporary tables and Arrow views _crr_...
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a table name belongs to crr's namespace (DuckDB folds identifiers' case)."""
+    return name.lower().startswith(RESERVED_PREFIX)
+
+
+def check_not_reserved(name: str) -> None:
+    """Refuse a new relation named like crr's own objects, which would hide it from the site's SQL."""
+    if is_reserved(name):
+        raise UnsupportedSqlError(f"names starting with {RESERVED_PREFIX} belong to crr (its own tables); "
+                                  f"name {name} otherwise")
+
+
 def _create_table(kind: RelationKind, sql: str) -> CreateTable:
     tree = parse_one(sql)
     what = {RelationKind.REPLICATED: "REPLICATED TABLE", RelationKind.REMOTE: "REMOTE TABLE",
@@ -215,6 +231,7 @@ def _create_table(kind: RelationKind, sql: str) -> CreateTable:
     name = schema.this.name
     if schema.this.db:
         raise UnsupportedSqlError(f"crr relations live in the main schema; drop the schema prefix from {schema.this.sql(DIALECT)}")
+    check_not_reserved(name)
     columns: list[ColumnDecl] = []
     key: list[str] = []
     for item in schema.expressions:
@@ -272,6 +289,7 @@ def _create_view(sql: str) -> CreateView:
         raise UnsupportedSqlError("a column list after the view name is not supported; name the columns with AS in the query")
     if target.db:
         raise UnsupportedSqlError(f"crr relations live in the main schema; drop the schema prefix from {target.sql(DIALECT)}")
+    check_not_reserved(target.name)
     query = tree.expression
     return CreateView(name=target.name, query=query, sql=query.sql(DIALECT),
                       if_not_exists=bool(tree.args.get("exists")))

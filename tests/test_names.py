@@ -9,13 +9,14 @@ over them hold exactly what plain DuckDB computes from the same statements.
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import crr
 from crr.types import quote_ident
-from crr.sql.statements import fold_identifier
+from crr.sql.statements import fold_identifier, is_reserved
 
 # crr's internal column names, names of its query aliases and generated columns, SQL keywords, and
 # names with characters that break text pasted into SQL
@@ -119,6 +120,34 @@ def test_any_names(table: str, cols: list[str], keyed: bool) -> None:
         return  # not a name DuckDB accepts either
     finally:
         probe.close()
-    if table.lower() in ("pv", "jv", "vv"):
+    if table.lower() in ("pv", "jv", "vv") or is_reserved(table):
         return
     _run(table, cols, keyed)
+
+
+@pytest.mark.parametrize("name", ["_crr_bulk", "_CRR_wnew", "_crr_point_arrow", "_crrx"])
+def test_names_of_crrs_own_tables_are_refused(name: str) -> None:
+    """crr keeps temporary tables and Arrow views named ``_crr...`` on the site's connection, where
+    DuckDB finds them before the main schema's tables, even as ``main.name``. A replicated table named
+    ``_crr_bulk`` lost its APP rows to crr's temporary table of that name after the site's first batch
+    write; now such names are refused when declared, and plain tables and drops of them too."""
+    site = crr.Site(site_id="a")
+    try:
+        site.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+        site.insert_many("r", pa.table({"k": list(range(2000)), "v": ["x"] * 2000}))  # the batch path's tables
+        site.execute("UPDATE r SET v = 'y' WHERE k < 1000")
+        before = site.execute("SELECT * FROM r ORDER BY k")
+        for ddl in [f"CREATE REPLICATED TABLE {_q(name)} (k INTEGER PRIMARY KEY)", f"CREATE REMOTE TABLE {_q(name)} (k INTEGER)",
+                    f"CREATE MATERIALIZED VIEW {_q(name)} AS SELECT v FROM r", f"CREATE TABLE {_q(name)} (k INTEGER)",
+                    f"CREATE TEMP TABLE {_q(name)} (k INTEGER)", f"DROP TABLE {_q(name)}", f"DROP VIEW {_q(name)}"]:
+            with pytest.raises(crr.UnsupportedSqlError, match="_crr"):
+                site.execute(ddl)
+        assert list(site.relations()) == ["r"] and site.execute("SELECT * FROM r ORDER BY k") == before
+        site.execute("UPDATE r SET v = 'z' WHERE k < 10")  # crr's own tables are all there still
+        assert site.execute("SELECT v, count(*) FROM r GROUP BY v ORDER BY v") == [("x", 1000), ("y", 990), ("z", 10)]
+        # and SHOW TABLES lists the app's tables, not crr's temporary ones
+        site.execute("CREATE TABLE notes (n INTEGER)")
+        assert site.execute("SHOW TABLES") == [("notes",), ("r",)]
+        assert [row[2] for row in site.execute("SHOW ALL TABLES") if row[1] == "main"] == ["notes", "r"]
+    finally:
+        site.close()
