@@ -133,17 +133,25 @@ class SiteState:
         """One DuckDB transaction; a catalog snapshot staged in it replaces the committed one only
         when it commits (so a rolled-back transaction leaves the catalog as the file has it)."""
         self.check_open()
+        seq = self.seq
         self.con.begin()
         try:
-            yield
-            self.con.commit()
+            with translated_errors():  # DuckDB failing under crr's own statements (a damaged file, a full disk)
+                yield
+                self.con.commit()
             self.slots.committed()
             if self.staged is not None:
                 self.catalog = self.staged
         except BaseException:
-            self.con.rollback()
+            # nothing the transaction wrote is committed: its sequence number goes to the next one (a
+            # cursor handed out after it would otherwise skip that one's rows once the site reopens)
+            self.seq = seq
             self.slots.rolled_back()
             self.widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
+            try:
+                self.con.rollback()
+            except duckdb.Error:
+                pass  # a COMMIT that failed has ended the transaction already
             raise
         finally:
             self.staged = None

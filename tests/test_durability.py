@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import duckdb
+import pyarrow as pa
 import pytest
 
 import crr
@@ -136,3 +138,46 @@ def test_a_file_changed_outside_crr_is_refused_at_open_with_a_site_error(tmp_pat
         crr.Site(path)
     assert "rebuild the site" in str(e.value)
     crr.Site(str(tmp_path / "other.duckdb")).close()  # nothing is left half-open
+
+
+class _FailingCommit:
+    """A connection whose COMMIT fails as DuckDB's does on a full disk: the transaction has ended
+    (rolled back) when the error is raised."""
+
+    def __init__(self, con) -> None:
+        self.con = con
+
+    def commit(self) -> None:
+        self.con.rollback()
+        raise duckdb.IOException('Could not write file "site.duckdb.wal": No space left on device')
+
+    def __getattr__(self, name: str):
+        return getattr(self.con, name)
+
+
+def test_a_failed_commit_is_a_crr_error_and_gives_its_sequence_number_to_the_next_write(tmp_path):
+    """A COMMIT that failed (a full disk) raised DuckDB's "cannot rollback - no transaction is active"
+    from crr's rollback, which skipped forgetting the transaction's Arrow registrations (the next
+    insert_many then failed: "_crr_bulk does not exist") and kept the sequence number it had taken. A
+    cursor handed out after it skipped that number, which the next write took once the site reopened:
+    a peer syncing by that cursor never got the write."""
+    a = crr.Site(tmp_path / "a.duckdb", site_id="a")
+    peer = crr.Site(site_id="peer")
+    a.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    a.execute("CREATE MATERIALIZED VIEW p AS SELECT v FROM r")
+    peer.execute("CREATE REMOTE TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    a.execute("INSERT INTO r VALUES (1, 'one')")
+    cursor = sync(a, peer)
+    rows = pa.table({"k": [2, 3], "v": ["two", "three"]})
+    a._con = _FailingCommit(a._con)  # type: ignore[assignment]
+    try:
+        with pytest.raises(crr.CrrError, match="No space left on device"):
+            a.insert_many("r", rows)  # the site's first insert_many: it registers the Arrow slot
+    finally:
+        a._con = a._con.con
+    assert a.cursor == cursor and a.changes(since=cursor).cursor == cursor
+    assert a.insert_many("r", rows) == 2
+    assert a.cursor == cursor + 1
+    sync(a, peer, since=cursor)
+    assert app(peer, "r") == app(a, "r") == [(1, "one"), (2, "two"), (3, "three")]
+    assert a.execute("SELECT * FROM p ORDER BY v") == [("one",), ("three",), ("two",)]
