@@ -42,8 +42,9 @@ class ArrowSlots:
         """Make statements reading ``name`` read ``table``; return ``name``."""
         slot = self._slots.get(name)
         if slot is None:
-            slot = self._slots[name] = _Slot(table)
-            self._con.register(name, slot)
+            slot = _Slot(table)
+            self._con.register(name, slot)  # may fail (a type DuckDB cannot read): then no slot is kept
+            self._slots[name] = slot
             self._uncommitted.add(name)
         else:
             slot.table = table

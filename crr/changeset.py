@@ -443,19 +443,31 @@ _TIMESTAMP_MIN, _TIMESTAMP_NEG_INF = -9223372022400000000, -(2**63 - 1)
 _TIME_MAX = 86_400_000_000
 
 
+_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}  # microseconds per Arrow unit (ns: see below)
+_TIMESTAMP_MAX = 2**63 - 2  # DuckDB's largest finite TIMESTAMP (2**63 - 1 is infinity)
+
+
 def check_duckdb_values(col: pa.ChunkedArray, what: str) -> None:
-    """Refuse values that are valid Arrow but not valid DuckDB values (timestamps and times)."""
+    """Refuse values that are valid Arrow but not valid DuckDB values (timestamps and times), in
+    whatever unit the column has: DuckDB keeps microseconds."""
     t = col.type
-    if not (pa.types.is_timestamp(t) or pa.types.is_time64(t)) or col.null_count == len(col):
+    if not (pa.types.is_timestamp(t) or pa.types.is_time(t)) or col.null_count == len(col):
         return
-    ints = col.cast(pa.int64())
-    if pa.types.is_time64(t):
-        low, high = pc.min_max(ints).values()
-        if low.as_py() < 0 or high.as_py() > _TIME_MAX:
+    ints = col.cast(pa.int32() if pa.types.is_time32(t) else pa.int64())
+    if pa.types.is_time(t):
+        low, high = (v.as_py() for v in pc.min_max(ints).values())
+        high_us = high // 1000 if t.unit == "ns" else high * _MICROS[t.unit]
+        if low < 0 or high_us > _TIME_MAX or (t.unit == "ns" and high > _TIME_MAX * 1000):
             raise ChangesetError(f"malformed changeset: {what} holds a TIME outside 00:00:00..24:00:00")
-    elif pc.any(pc.and_(pc.less(ints, int64_scalar(_TIMESTAMP_MIN)),
-                        pc.not_equal(ints, int64_scalar(_TIMESTAMP_NEG_INF)))).as_py():
-        raise ChangesetError(f"malformed changeset: {what} holds a timestamp before DuckDB's range")
+    elif t.unit == "us":
+        if pc.any(pc.and_(pc.less(ints, int64_scalar(_TIMESTAMP_MIN)),
+                          pc.not_equal(ints, int64_scalar(_TIMESTAMP_NEG_INF)))).as_py():
+            raise ChangesetError(f"malformed changeset: {what} holds a timestamp before DuckDB's range")
+    elif t.unit != "ns":  # every int64 of nanoseconds is inside DuckDB's range
+        per = _MICROS[t.unit]
+        low, high = (v.as_py() for v in pc.min_max(ints).values())
+        if low * per < _TIMESTAMP_MIN or high * per > _TIMESTAMP_MAX:
+            raise ChangesetError(f"malformed changeset: {what} holds a timestamp outside DuckDB's range")
 
 
 def _type_in(t: pa.DataType, allowed: tuple[Any, ...]) -> bool:

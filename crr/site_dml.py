@@ -239,7 +239,12 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
     if isinstance(rows, pa.Table):
         data = rows
     elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
-        data = pa.Table.from_pandas(rows, preserve_index=False)
+        try:
+            data = pa.Table.from_pandas(rows, preserve_index=False)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+            raise TypeMismatchError(f"insert_many into {rel.name}: pyarrow cannot convert the DataFrame "
+                                    f"({type(e).__name__}: {e}); give each column one type, or pass a "
+                                    "pyarrow Table or a list of tuples") from None
     else:
         data = rows_arrow(rel.name, row_list(rel.name, rows), names)
         if not data.num_rows:

@@ -176,3 +176,63 @@ def test_interrupt_stops_a_running_statement_and_the_site_goes_on():
         site.execute("SELECT count(*) FROM range(30000000000000)")
     timer.join()
     assert site.execute("SELECT * FROM r") == [(1,)]
+
+
+def _one_column_site(duckdb_type: str) -> crr.Site:
+    s = crr.Site(site_id="s")
+    s.execute(f"CREATE REPLICATED TABLE x (v {duckdb_type})")
+    return s
+
+
+@pytest.mark.parametrize("duckdb_type, arrow, fits", [
+    # check_duckdb_values read every unit as microseconds: nanosecond times after 00:01:26.4 were refused
+    ("TIME", pa.array([82_800 * 10**9], pa.time64("ns")), True),
+    ("TIME", pa.array([86_400 * 10**9], pa.time64("ns")), True),  # 24:00:00
+    ("TIMESTAMP", pa.array([-(2**63) + 10**12], pa.timestamp("ns")), True),  # 1677-09-21
+    # time32 was not checked: -5 ms killed the database (FatalException), 200000 s was stored as 55:33:20
+    ("TIME", pa.array([-5], pa.int32()).view(pa.time32("ms")), False),
+    ("TIME", pa.array([200_000], pa.time32("s")), False),
+    ("TIME", pa.array([86_400 * 10**9 + 1], pa.time64("ns")), False),
+    # a millisecond timestamp below DuckDB's range was stored, and every peer then refused the table's changes
+    ("TIMESTAMP", pa.array([-9223372022400000 - 1], pa.timestamp("ms")), False),
+    ("TIMESTAMP", pa.array([-9223372022400], pa.timestamp("s")), True),
+    ("TIMESTAMP", pa.array([9223372036854], pa.timestamp("s")), True),  # 294247-01-10
+    ("TIMESTAMP", pa.array([9223372036855], pa.timestamp("s")), False),
+])
+def test_insert_many_checks_times_and_timestamps_in_their_own_unit(duckdb_type: str, arrow: pa.Array, fits: bool):
+    s = _one_column_site(duckdb_type)
+    if fits:
+        assert s.insert_many("x", pa.table({"v": arrow})) == 1
+        plain = crr.Site(site_id="p")
+        plain.execute(f"CREATE REMOTE TABLE x (v {duckdb_type})")
+        plain.merge(s.changes().to_bytes())  # what the site stored, a peer takes
+        assert plain.execute("SELECT v::VARCHAR FROM x") == s.execute("SELECT v::VARCHAR FROM x")
+    else:
+        with pytest.raises(TypeMismatchError, match="outside"):
+            s.insert_many("x", pa.table({"v": arrow}))
+        assert s.execute("SELECT count(*) FROM x") == [(0,)] and s.cursor == 0
+    s.insert_many("x", [(None,)])  # the site still works
+    assert s.execute("SELECT count(*) FROM x WHERE v IS NULL") == [(1,)]
+
+
+@pytest.mark.parametrize("arrow", [pa.array([1.5], pa.float16()), pa.array([1], pa.decimal256(40, 0))],
+                         ids=["float16", "decimal256"])
+def test_arrow_duckdb_cannot_read_is_refused_and_the_next_insert_many_works(arrow: pa.Array):
+    """The Arrow slot was kept although DuckDB refused to register it: every later insert_many then
+    failed ("_crr_bulk does not exist") until the site was reopened."""
+    s = _one_column_site("DOUBLE")
+    with pytest.raises(crr.CrrError):
+        s.insert_many("x", pa.table({"v": arrow}))
+    assert s.insert_many("x", pa.table({"v": pa.array([2.5])})) == 1
+    assert s.insert_many("x", [(3.5,)]) == 1
+    assert s.execute("SELECT v FROM x ORDER BY v") == [(2.5,), (3.5,)]
+
+
+def test_a_dataframe_pyarrow_cannot_convert_is_a_type_mismatch():
+    pd = pytest.importorskip("pandas")
+    s = _one_column_site("VARCHAR")
+    with pytest.raises(TypeMismatchError, match="one type"):
+        s.insert_many("x", pd.DataFrame({"v": ["a", 1, 2.5]}))
+    with pytest.raises(TypeMismatchError, match="insert_many into x"):
+        s.insert_many("x", pd.DataFrame({"v": [2**100]}))
+    assert s.insert_many("x", pd.DataFrame({"v": ["a", "b"]})) == 2
