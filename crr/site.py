@@ -206,8 +206,9 @@ class Site:
     def interrupt(self) -> None:
         """Stop the statement another thread is running on this site (it raises, and a write or merge it
         was changes nothing); call it from a thread other than the one running the statement. Without
-        a running statement it does nothing."""
-        self._state.con.interrupt()
+        a running statement (or once the site is closed) it does nothing."""
+        if not self._state.closed:
+            self._state.con.interrupt()
 
     # -- introspection -------------------------------------------------------------------------
     @property

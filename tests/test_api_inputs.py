@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -176,6 +177,47 @@ def test_interrupt_stops_a_running_statement_and_the_site_goes_on():
         site.execute("SELECT count(*) FROM range(30000000000000)")
     timer.join()
     assert site.execute("SELECT * FROM r") == [(1,)]
+    site.close()
+    site.interrupt()  # a closed site runs nothing: nothing happens (DuckDB raised ConnectionException)
+
+
+class _InterruptedAt:
+    """A connection on which the statements containing ``words`` are interrupted, as DuckDB's
+    ``interrupt()`` landing while they run interrupts them."""
+
+    def __init__(self, con, words: str) -> None:
+        self.con, self.words = con, words
+
+    def execute(self, sql: str, params: Any = None):
+        if self.words in sql:
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def __getattr__(self, name: str):
+        return getattr(self.con, name)
+
+
+@pytest.mark.parametrize("step, words", [("a view's maintenance", '"p$m"'), ("changes()", "_crr.cl")])
+def test_an_interrupt_anywhere_in_a_call_is_a_crr_error(step: str, words: str):
+    """Site.interrupt landing in an insert_many's maintenance, or in changes(), raised DuckDB's own
+    InterruptException: those steps ran outside the translation of DuckDB's errors."""
+    site = crr.Site(site_id="s")
+    site.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW p AS SELECT v FROM r")
+    site.execute("INSERT INTO r VALUES (1, 'a')")
+    before = site.execute("SELECT * FROM p"), site.cursor
+    site._con = _InterruptedAt(site._con, words)  # type: ignore[assignment]
+    try:
+        with pytest.raises(crr.CrrError, match="interrupted"):
+            if step == "changes()":
+                site.changes()
+            else:
+                site.insert_many("r", pa.table({"k": list(range(2, 2000)), "v": ["b"] * 1998}))
+    finally:
+        site._con = site._con.con
+    assert (site.execute("SELECT * FROM p"), site.cursor) == before
+    site.insert_many("r", [(5, "c")])
+    assert site.execute("SELECT * FROM p ORDER BY v") == [("a",), ("c",)]
 
 
 def _one_column_site(duckdb_type: str) -> crr.Site:
