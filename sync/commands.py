@@ -488,7 +488,7 @@ class _LocalSite:
             created = self.db != ":memory:" and not os.path.exists(self.db)
             self.site = open_site(self.db)
         try:
-            return self.site.execute(sql, params)
+            return _interruptible(self.site, sql, params)
         except BaseException as e:
             if created and not self.create:  # a failed CREATE leaves no new site file behind
                 self.close()
@@ -505,6 +505,31 @@ class _LocalSite:
         if self.site is not None:
             self.site.close()
             self.site = None
+
+
+def _interruptible(site: Site, sql: str, params: list | dict | None) -> list:
+    """``site.execute(sql, params)`` in a thread of its own, so that Ctrl-C reaches this (the main)
+    thread while DuckDB runs the statement, and stops it (``Site.interrupt``): Python takes a signal
+    only between bytecodes, which a thread waiting inside DuckDB does not run until the statement ends."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["rows"] = site.execute(sql, params)
+        except BaseException as e:  # handed to the main thread
+            outcome["error"] = e
+    worker = threading.Thread(target=run, name="crr-sql-statement", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except KeyboardInterrupt:
+        site.interrupt()
+        worker.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["rows"]
 
 
 def shell_statements(lines: Iterable[str]) -> Iterator[str]:
