@@ -276,8 +276,8 @@ def changes_request(since: object, relations: object) -> tuple[int, list[str] | 
 def received(changeset: "Changeset | bytes") -> Changeset:
     """A changeset to merge, from its bytes (:meth:`Changeset.from_bytes`) or a :class:`Changeset`
     built in Python (:meth:`Changeset.validate`), with each float zero of a replicated table's tuples
-    as ``+0.0``, as every local write stores it (:func:`crr.types.stored_value_sql`; ``-0.0`` is the
-    same tuple). A derived relation's values are the source's query results and stay as they are.
+    as ``+0.0`` and each NaN as the positive NaN, as every local write stores them
+    (:func:`crr.types.stored_value_sql`; ``-0.0`` is the same tuple, and so is ``-nan``). A derived relation's values are the source's query results and stay as they are.
     The changeset given is not changed."""
     cs = changeset.validate() if isinstance(changeset, Changeset) else Changeset.from_bytes(changeset)
     relations = [dataclasses.replace(rc, tuples=_positive_zeros(rc.tuples)) if rc.kind is ChangeKind.BASE else rc
@@ -288,12 +288,14 @@ def received(changeset: "Changeset | bytes") -> Changeset:
 
 
 def _positive_zeros(table: pa.Table) -> pa.Table:
-    """``table`` with each float column's zeros as ``+0.0`` (NULL and NaN kept); ``table`` itself when
-    it has no float column."""
+    """``table`` with each float column's zeros as ``+0.0`` and NaNs as the positive NaN (NULL kept);
+    ``table`` itself when it has no float column."""
     floats = [i for i, f in enumerate(table.schema) if pa.types.is_floating(f.type)]
     for i in floats:
         col = table.column(i)
-        table = table.set_column(i, table.field(i), pc.if_else(pc.equal(col, 0), pa.scalar(0, col.type), col))
+        col = pc.if_else(pc.equal(col, 0), pa.scalar(0, col.type), col)
+        col = pc.if_else(pc.is_nan(col), pa.scalar(float("nan"), col.type), col)
+        table = table.set_column(i, table.field(i), col)
     return table
 
 

@@ -516,17 +516,19 @@ def key_hash(relation: str, key_columns: Sequence[Column], key_values: Sequence[
 # encoding of a value is computed from that text, equal to field_sql's.
 
 def stored_value_sql(expr: str, duckdb_type: str) -> str:
-    """SQL of the value a site stores for a written ``expr``: a float zero as ``+0.0``, anything else as
-    it is. ``-0.0 = 0.0`` in SQL and in tuple ids (one tuple), so a site must not keep the sign it
+    """SQL of the value a site stores for a written ``expr``: a float zero as ``+0.0``, a NaN as the
+    positive NaN, anything else as it is. ``-0.0 = 0.0`` in SQL and in tuple ids (one tuple), and so
+    are NaNs of either sign (``-nan``: ``'inf' - 'inf'`` on x86), so a site must not keep the sign it
     happened to see first: two sites would show the same tuple with different values."""
     if type_family(duckdb_type) is TypeFamily.FLOAT:
-        return f"CASE WHEN {expr} = 0 THEN CAST(0 AS {duckdb_type}) ELSE {expr} END"
+        return (f"CASE WHEN {expr} = 0 THEN CAST(0 AS {duckdb_type}) WHEN isnan({expr}) "
+                f"THEN CAST('nan' AS {duckdb_type}) ELSE {expr} END")
     return expr
 
 
 def value_text_sql(expr: str, duckdb_type: str) -> str:
-    """SQL text of a value as the point path carries it (NULL stays NULL; a float zero as ``0.0``,
-    :func:`stored_value_sql`)."""
+    """SQL text of a value as the point path carries it (NULL stays NULL; a float zero as ``0.0`` and
+    a NaN as ``nan``, :func:`stored_value_sql`)."""
     family = type_family(duckdb_type)
     if family is TypeFamily.FLOAT:
         return f"CAST(CAST({stored_value_sql(expr, duckdb_type)} AS DOUBLE) AS VARCHAR)"

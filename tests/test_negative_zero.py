@@ -86,3 +86,43 @@ def test_a_views_own_results_travel_with_their_sign():
     b.merge(a.changes())
     assert signs(a, "SELECT k, y FROM neg") == {1: -1.0}
     assert signs(b, "SELECT k, y FROM neg") == {1: -1.0}
+
+
+NEGATIVE_NAN = "(CAST('inf' AS DOUBLE) - CAST('inf' AS DOUBLE))"  # -nan on x86 (its sign bit set)
+_NEG_NAN = -math.nan if math.copysign(1.0, -math.nan) < 0 else float.fromhex("-nan")
+
+
+@pytest.mark.parametrize("typ", ["DOUBLE", "FLOAT"])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_every_local_write_and_merge_stores_a_nan_as_positive(keyed, typ):
+    """NaNs of either sign are one tuple (one id), but each site kept the sign it saw first: a site that
+    wrote 'inf' - 'inf' showed -nan, a peer that wrote Python's nan showed nan, and a view of
+    CAST(x AS VARCHAR) differed between them for good."""
+    site = table_site(keyed, typ)
+    assert math.copysign(1.0, site.execute(f"SELECT {NEGATIVE_NAN}")[0][0]) == -1.0  # what is tested is there
+    site.execute(f"INSERT INTO t VALUES (1, {NEGATIVE_NAN})")
+    site.execute("INSERT INTO t VALUES (?, ?)", [2, _NEG_NAN])
+    site.insert_many("t", pa.table({"k": pa.array([3], pa.int32()), "x": pa.array([_NEG_NAN], pa.float64())}))
+    site.execute(f"INSERT INTO t SELECT 100 + i, {NEGATIVE_NAN} FROM range(100) r(i)")  # the batch path
+    site.execute("INSERT INTO t VALUES (4, 1.0)")
+    site.execute(f"UPDATE t SET x = {NEGATIVE_NAN} WHERE k = 4")
+    got = signs(site, "SELECT k, x FROM t")
+    assert len(got) == 104 and set(got.values()) == {1.0}
+    # a peer that wrote the positive NaN, both ways, and a changeset carrying -nan as it is
+    peer = table_site(keyed, typ)
+    peer.execute("INSERT INTO t VALUES (?, ?)", [1, math.nan])
+    for s in (site, peer):
+        s.execute("CREATE MATERIALIZED VIEW shown AS SELECT k, CAST(x AS VARCHAR) AS x FROM t")
+    peer.merge(site.changes())
+    site.merge(peer.changes())
+    assert set(signs(peer, "SELECT k, x FROM t").values()) == {1.0}
+    assert peer.execute("SELECT * FROM shown ORDER BY k") == site.execute("SELECT * FROM shown ORDER BY k")
+    src = table_site(False)  # a changeset carrying -nan (one id with nan), as a site of an older crr sent it
+    src.insert_many("t", pa.table({"k": pa.array([7], pa.int32()), "x": [math.nan]}))
+    cs = src.changes()
+    rc = cs.relations[0]
+    at = rc.tuples.schema.get_field_index("c1")
+    forged = dataclasses.replace(rc, tuples=rc.tuples.set_column(at, rc.tuples.field(at), pa.array([_NEG_NAN])))
+    dst = table_site(False)
+    dst.merge(dataclasses.replace(cs, relations=[forged]).to_bytes())
+    assert set(signs(dst, "SELECT k, x FROM t").values()) == {1.0}

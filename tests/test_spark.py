@@ -689,12 +689,13 @@ def test_any_user_names_work_at_a_spark_site(spark, tmp_path):
 
 def test_a_spark_site_stores_a_zero_as_positive(spark, tmp_path):
     """-0.0 and 0.0 are one tuple; a Spark site stores +0.0 from an insert and from a changeset, as a
-    DuckDB site does (tests/test_negative_zero.py)."""
+    DuckDB site does (tests/test_negative_zero.py), and a NaN as the positive NaN (Spark writes one NaN)."""
     import dataclasses
     import math
     site = SparkSite(spark, str(tmp_path / "s"))
     site.execute("CREATE REPLICATED TABLE t (k INTEGER, x DOUBLE, f FLOAT)")
-    site.insert_many("t", pa.table({"k": pa.array([1], pa.int32()), "x": [-0.0], "f": pa.array([-0.0], pa.float32())}))
+    site.insert_many("t", pa.table({"k": pa.array([1, 3], pa.int32()), "x": [-0.0, -math.nan],
+                                    "f": pa.array([-0.0, -math.nan], pa.float32())}))  # -nan: NaN's other sign
     src = crr.Site()
     src.execute("CREATE REPLICATED TABLE t (k INTEGER, x DOUBLE, f FLOAT)")
     src.execute("INSERT INTO t VALUES (2, 0.0, 0.0)")
@@ -706,8 +707,9 @@ def test_a_spark_site_stores_a_zero_as_positive(spark, tmp_path):
         tuples = tuples.set_column(at, tuples.field(at), pa.array([-0.0], typ))
     site.merge(dataclasses.replace(cs, relations=[dataclasses.replace(rc, tuples=tuples)]))
     rows = site.table("t").collect()
-    assert sorted(r["k"] for r in rows) == [1, 2]
+    assert sorted(r["k"] for r in rows) == [1, 2, 3]
     assert {math.copysign(1.0, r[c]) for r in rows for c in ("x", "f")} == {1.0}
+    assert math.isnan(next(r["x"] for r in rows if r["k"] == 3))
 
 
 def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tmp_path):
