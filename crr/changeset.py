@@ -159,7 +159,15 @@ class Changeset:
         return next((r for r in self.relations if r.name == name), None)
 
     def to_bytes(self) -> bytes:
-        """Encode as versioned, checksummed bytes (see module docstring); tables are not compressed."""
+        """Encode as versioned, checksummed bytes (see module docstring); tables are not compressed.
+        A changeset whose fields were set to what no changeset holds is a ChangesetError."""
+        try:
+            return self._encoded()
+        except (TypeError, ValueError, AttributeError, OverflowError, pa.ArrowException) as e:
+            raise ChangesetError(f"this changeset cannot be encoded ({type(e).__name__}: {e}); a changeset's "
+                                 "fields are those Site.changes() gives them") from None
+
+    def _encoded(self) -> bytes:
         body = msgpack.packb({
             "source": self.source,
             "since": self.since,
@@ -183,6 +191,8 @@ class Changeset:
         """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ChangesetError(f"a changeset is bytes, not {type(data).__name__}")
+        if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool)):
+            raise ChangesetError(f"max_bytes is a number of bytes, not {max_bytes!r}")
         limit = MAX_BYTES if max_bytes is None else max_bytes
         size = data.nbytes if isinstance(data, memoryview) else len(data)
         if size > limit:

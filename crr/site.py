@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import reprlib
 import uuid
 from typing import Any, Iterable
 
@@ -31,15 +32,25 @@ from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind,
 from crr.upgrade import upgradable, upgrade
 
 
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _clock_skew(seconds: object) -> float:
     """A clock skew bound in seconds, as a float; :class:`SiteError` for NaN, a negative number or
     anything else (``float("inf")``: no bound)."""
     try:
         skew = float(seconds)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
         skew = float("nan")
     if not skew >= 0:  # NaN too
-        raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), not {seconds!r}")
+        raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), not "
+                        f"{reprlib.repr(seconds)}")
     return skew
 
 
@@ -62,7 +73,13 @@ class Site:
         if site_id is not None and (not isinstance(site_id, str) or not site_id.strip()):
             raise SiteError(f"site_id must be a non-empty string, got {site_id!r}; or leave it out to have one "
                             "generated")
-        self.path = ":memory:" if path is None else str(path)  # None: a new in-memory site, as the default
+        if site_id is not None and not _is_unicode(site_id):
+            raise SiteError(f"site_id must be valid Unicode text (it travels in every changeset), got {site_id!r}")
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise SiteError(f"a site's path is a string or a path-like object (or ':memory:'), not {path!r}")
+        self.path = ":memory:" if path is None else os.fspath(path)  # None: a new in-memory site, as the default
+        if not isinstance(self.path, str):  # bytes from os.fspath of a bytes path-like
+            raise SiteError(f"a site's path is a string or a path-like object of one, not {path!r}")
         skew = _clock_skew(max_clock_skew)
         if open_files.holder(self.path) is not None:
             raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
@@ -194,6 +211,10 @@ class Site:
                 pass  # the counters are recovered from the AUG rows at the next open
             state.con.close()
 
+    def __getstate__(self) -> object:
+        raise SiteError("a Site holds an open database connection and cannot be pickled or copied; open "
+                        "its file (crr.Site(path)) where it is needed, after closing it here")
+
     def __enter__(self) -> "Site":
         return self
 
@@ -222,6 +243,8 @@ class Site:
 
     def relation(self, name: str) -> Relation:
         """The catalog entry of a relation (columns, key, kind, view plan)."""
+        if not isinstance(name, str):
+            raise CatalogError(f"a relation is named by a string, not {name!r}")
         rel = self._rels.get(fold_identifier(name))
         if rel is None:
             raise CatalogError(f"no relation named {name} at site {self.site_id}")

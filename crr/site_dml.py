@@ -93,6 +93,18 @@ def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]
     return [r for r in rows if not (is_reserved(r[name]) and (temporary is None or r[temporary]))]
 
 
+def _check_parameter_count(stmt: Dml, params) -> None:
+    """Refuse values for ``?`` parameters that are too many or too few: DuckDB would count crr's own
+    parameters of the statement it runs too, and name one the user's statement does not have."""
+    expected = stmt.positional_parameters
+    if expected is None or not isinstance(params, (list, tuple)) or len(params) == expected:
+        return
+    given = len(params)
+    which = "too many parameters" if given > expected else "too few parameters"
+    raise SqlError(f"{which}: the statement has {expected} (?), got {given} value{'' if given == 1 else 's'}"
+                   + (" (remove the excess ones)" if given > expected else ""))
+
+
 def _refuse_sources(state: SiteState, names) -> None:
     """Refuse a statement reading a remote source, which has no table here (DuckDB would say only
     that no such table exists)."""
@@ -124,6 +136,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
             raise UnsupportedSqlError("crr's internal tables cannot be written directly")
         return run_other(state, Other(sql=stmt.tree.sql("duckdb"), tree=stmt.tree, read_only=True), params)
     rel = writable(state, stmt.target)
+    _check_parameter_count(stmt, params)
     columns = [(c.name, c.type) for c in rel.columns]
     rq = state.rewritten.get(id(stmt))
     if rq is None:  # (a statement run again was checked when first run)

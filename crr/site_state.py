@@ -60,6 +60,9 @@ def translated_errors(rewritten: bool = False) -> Iterator[None]:
         raise CrrError("the statement was interrupted (Site.interrupt); nothing was changed") from None
     except duckdb.Error as e:
         text = str(e).strip()
+        if "Corrupt database file" in text:
+            raise SiteError(f"the site's database file is damaged ({text}); restore it from a backup, or start a "
+                            "new site and sync it from a peer") from None
         if rewritten:
             text = re.split(r"\n\s*LINE \d+:", text, maxsplit=1)[0].strip()
         for src, dst in _DUCKDB_ERRORS:

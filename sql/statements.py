@@ -8,6 +8,7 @@ statement may change a table, and which, is the write guard's call (:mod:`crr.sq
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -98,6 +99,13 @@ class Dml:
     kind: DmlKind
     target: str
     tree: exp.Expression
+
+    @functools.cached_property
+    def positional_parameters(self) -> int | None:
+        """How many ``?`` parameters the statement takes, or None when it names or numbers them
+        (``$v``, ``$1``) or takes none."""
+        marks = [p.this for p in self.tree.find_all(exp.Placeholder)]
+        return len(marks) if marks and all(m is None for m in marks) else None
 
 
 @dataclass

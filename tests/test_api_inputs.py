@@ -48,13 +48,36 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
     ("table not named", lambda s: s.insert_many(None, [(2, "b")]), CatalogError, "string"),
     ("Arrow column named like another's", lambda s: s.insert_many("t", pa.table({"v": [2], "kk": ["b"]})), SqlError,
      "unknown: kk; missing: k"),
+    # DuckDB counted crr's own parameters too, and named parameter 3 of a statement that has one
+    ("too many DELETE parameters", lambda s: s.execute("DELETE FROM t WHERE k = ?", [1, 2]), SqlError,
+     "has 1 (?), got 2 values"),
+    ("too few DELETE parameters", lambda s: s.execute("DELETE FROM t WHERE k = ? AND v = ?", [1]), SqlError,
+     "has 2 (?), got 1 value"),
+    ("too few UPDATE parameters", lambda s: s.execute("UPDATE t SET v = ? WHERE k = ?", ["x"]), SqlError,
+     "has 2 (?), got 1 value"),
+    ("relation named None", lambda s: s.relation(None), CatalogError, "named by a string"),
+    ("lineage of a number", lambda s: s.lineage(1), CatalogError, "named by a string"),
+    ("a site pickled", lambda s: __import__("pickle").dumps(s), SiteError, "cannot be pickled"),
+    ("a site copied", lambda s: __import__("copy").deepcopy(s), SiteError, "cannot be pickled or copied"),
+    ("max_bytes not a number", lambda s: crr.Changeset.from_bytes(s.changes().to_bytes(), max_bytes="1"),
+     crr.ChangesetError, "max_bytes"),
+    ("a changeset's cl set to text", lambda s: __import__("dataclasses").replace(s.changes(), cl="x").to_bytes(),
+     crr.ChangesetError, "cannot be encoded"),
+    ("a changeset's version past a byte", lambda s: __import__("dataclasses").replace(s.changes(), version=300)
+     .to_bytes(), crr.ChangesetError, "cannot be encoded"),
+    ("a site's path a number", lambda s: crr.Site(123), SiteError, "path-like"),
+    ("a site's path bytes", lambda s: crr.Site(b"x.duckdb"), SiteError, "path-like"),
+    ("a site id of no Unicode", lambda s: crr.Site(site_id="\ud800"), SiteError, "valid Unicode"),
+    ("a clock skew past a float", lambda s: crr.Site(max_clock_skew=10**400), SiteError, "max_clock_skew"),
     ("Arrow column repeated", lambda s: s.insert_many("t", pa.Table.from_arrays([pa.array([2]), pa.array([3])],
                                                                                  ["k", "k"])), SqlError, "repeated: k"),
 ]
 
 
 @pytest.mark.parametrize("case, call, error, words", CASES, ids=[c[0] for c in CASES])
-def test_bad_arguments_are_refused_and_change_nothing(site: crr.Site, case: str, call, error: type, words: str):
+def test_bad_arguments_are_refused_and_change_nothing(site: crr.Site, case: str, call, error: type, words: str,
+                                                     tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Site(123) created a file named 123 in the working directory
     before = site.execute("SELECT * FROM t ORDER BY k"), site.cursor
     with pytest.raises(error) as e:
         call(site)
@@ -62,6 +85,7 @@ def test_bad_arguments_are_refused_and_change_nothing(site: crr.Site, case: str,
     assert (site.execute("SELECT * FROM t ORDER BY k"), site.cursor) == before
     site.execute("INSERT INTO t VALUES (?, ?)", [9, "z"])  # still usable
     assert (9, "z") in site.execute("SELECT * FROM t")
+    assert os.listdir(tmp_path) == []
 
 
 def test_arrow_columns_are_read_by_name_or_else_by_position(site: crr.Site):

@@ -181,3 +181,35 @@ def test_a_failed_commit_is_a_crr_error_and_gives_its_sequence_number_to_the_nex
     sync(a, peer, since=cursor)
     assert app(peer, "r") == app(a, "r") == [(1, "one"), (2, "two"), (3, "three")]
     assert a.execute("SELECT * FROM p ORDER BY v") == [("one",), ("three",), ("two",)]
+
+
+def test_a_damaged_block_is_a_site_error_saying_what_to_do(tmp_path):
+    """Bytes overwritten inside the file: changes() and a batch UPDATE raised DuckDB's own
+    "Corrupt database file" error (they ran outside the translation of DuckDB's errors), and where it
+    was translated the message did not say what to do."""
+    import shutil
+    good = tmp_path / "good.duckdb"
+    with crr.Site(good, site_id="g") as s:
+        s.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+        s.insert_many("r", [(i, "x" * 50 + str(i)) for i in range(50000)])
+    damaged = 0
+    for offset in range(262144, os.path.getsize(good), 262144):
+        path = tmp_path / f"c{offset}.duckdb"
+        shutil.copy(good, path)
+        with open(path, "r+b") as f:
+            f.seek(offset + 5000)
+            f.write(b"\xff" * 64)
+        try:
+            s = crr.Site(path)
+        except crr.SiteError:
+            continue
+        try:
+            for step in (lambda: s.changes(), lambda: s.execute("UPDATE r SET v = 'b' WHERE k % 7 = 0")):
+                try:
+                    step()
+                except crr.SiteError as e:
+                    assert "restore it from a backup" in str(e)
+                    damaged += 1
+        finally:
+            s.close()
+    assert damaged  # some block of the table's rows was read
