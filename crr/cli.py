@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from crr.errors import CrrError
 
@@ -23,9 +24,16 @@ class UsageError(CrrError):
     """A command-line argument is wrong (bad value, missing file or folder); exits with code 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr (as every other crr error) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``crr`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="crr", description="Replicated incremental view maintenance on DuckDB")
+    """The ``crr`` argument parser with every subcommand (each a :class:`_Parser` too)."""
+    parser = _Parser(prog="crr", description="Replicated incremental view maintenance on DuckDB")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="replay the paper's Figure 1 / Table 1 scenario with six sites")
     demo.add_argument("--dir", help="folder for the six DuckDB files, created if missing; it must not hold the "

@@ -116,16 +116,25 @@ def changeset_errors() -> Iterator[None]:
 
 def held_relations(catalog: Catalog, cs: Changeset) -> tuple[list[tuple[Relation, RelationChanges]], list[str]]:
     """The changeset's relations this site merges (schemas checked), and the names it ignores:
-    relations it does not hold, and its own views (computed here from their inputs, never merged)."""
+    relations it does not hold, its own views (computed here from their inputs, never merged), and
+    a peer's copies of its replicated tables."""
     held, ignored = [], []
     for rc in cs.relations:
         rel = catalog.get(rc.name)
-        if rel is None or rel.kind is RelationKind.VIEW:
+        if rel is None or rel.kind is RelationKind.VIEW or _copy_of_replicated(rel, rc):
             ignored.append(rc.name)
             continue
         check_schema(rel, rc)
         held.append((rel, rc))
     return held, ignored
+
+
+def _copy_of_replicated(rel: Relation, rc: RelationChanges) -> bool:
+    """Whether ``rc`` is a peer's remote copy of replicated table ``rel`` (rows it states as a
+    replicated table's, or none yet), which ``rel`` ignores: a replicated table merges only its
+    replicas, and its copies hold nothing its replicas do not send (a site merging all of a peer's
+    changes gets its own table's copy back). A view of its name is refused (:func:`check_schema`)."""
+    return rel.is_base and rc.kind is not ChangeKind.BASE and rc.definition in (None, "", TABLE_DEFINITION)
 
 
 def check_schema(rel: Relation, rc: RelationChanges) -> None:
@@ -138,7 +147,7 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
             f"schema mismatch for relation {rel.name}: the changeset has {rc.schema_text}, this site "
             f"declares {rel.schema_text()}; declare the relation with the same columns and types")
     if rel.is_base and rc.kind is not ChangeKind.BASE:
-        raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view or remote table "
+        raise SchemaMismatchError(f"relation {rel.name} is a replicated table here but a view "
                                   "at the source; a replicated table merges only replicas of itself")
     _check_key(rel, rc)
     _check_definition(rel, rc)

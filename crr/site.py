@@ -313,7 +313,8 @@ class Site:
         """Bulk-insert rows into a replicated table in one transaction; returns rows given.
 
         ``rows`` is a list of tuples (in column order), a pyarrow Table, or a pandas DataFrame
-        (columns matched by name when all names match, else by position).
+        (columns matched by name when all names match, else by position, unless some column is
+        named like a table column at another position, which is refused: a SqlError).
         """
         return site_dml.insert_many(self._state, table, rows)
 

@@ -602,7 +602,8 @@ def _sql(args: argparse.Namespace) -> int:
         if args.statement is not None:
             one(args.statement, args.params)
             return 0
-        print("crr sql: one statement per line (continued while a parenthesis or quote is open); Ctrl-D ends",
+        print("crr sql: one statement per line (continued while a parenthesis, quote or /* comment is open); "
+              "Ctrl-D ends",
               file=sys.stderr)
         failed = False
         for statement in shell_statements(sys.stdin):

@@ -206,8 +206,13 @@ class SyncService:
                  max_buffered: int = 512 * MiB, memory_wait: float = 30.0,
                  retry_delays: tuple[float, float] = (1.0, 300.0), log_burst: int = 5,
                  log_interval: float = 10.0, max_handshakes: int = 64) -> None:
+        if isinstance(secret, str):
+            secret = secret.encode()  # a secret kept as text (CRR_SECRET, a config value): its UTF-8 bytes
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) < 16:
+            raise crypto.AuthError("the deployment secret must be at least 16 bytes shared by all peers (as bytes or "
+                            "text), e.g. secrets.token_hex(32)")
         self.site = site
-        self.secret = secret
+        self.secret = bytes(secret)
         self.listen = listen
         self.static_peers = list(peers or [])
         self.allow = allow  # peer site id -> relations it may write here (None: any peer, any relation)

@@ -498,3 +498,30 @@ def test_edge_values_duckdb_holds_are_accepted():
     query = "SELECT n, t::VARCHAR, ts::VARCHAR, tz::VARCHAR, d::VARCHAR FROM e ORDER BY n"
     assert b.execute(query) == a.execute(query)
     assert b.execute(query)[0][1] == "24:00:00"
+
+
+def test_a_peers_copy_of_a_replicated_table_is_ignored_and_its_other_relations_merge():
+    """A site merging all of a peer's changes (changes() holds every relation) got its own table's
+    remote copy back, and the whole merge was refused: the peer's own table never arrived. The copy is
+    ignored now, empty or not, like the site's own views; a view named like the table is refused."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    a.execute("CREATE REPLICATED TABLE r (k INT)")
+    a.execute("CREATE REMOTE TABLE s (k INT)")
+    b.execute("CREATE REMOTE TABLE r (k INT)")
+    b.execute("CREATE REPLICATED TABLE s (k INT)")
+    a.execute("INSERT INTO r VALUES (1)")
+    b.execute("INSERT INTO s VALUES (7)")
+    assert a.merge(b.changes()).ignored == ["r"]  # the copy, empty
+    b.merge(a.changes())
+    a.execute("DELETE FROM r WHERE k = 1")
+    b.execute("INSERT INTO s VALUES (8)")
+    assert a.merge(b.changes().to_bytes()).ignored == ["r"]  # the copy holding the row a deleted since
+    assert a.execute("SELECT * FROM r") == [] and a.execute("SELECT * FROM s ORDER BY k") == [(7,), (8,)]
+    b.merge(a.changes())
+    assert b.execute("SELECT * FROM r") == []
+    view = crr.Site(site_id="view")
+    view.execute("CREATE REPLICATED TABLE q (k INT)")
+    view.execute("CREATE MATERIALIZED VIEW r AS SELECT k FROM q")
+    view.execute("INSERT INTO q VALUES (5)")
+    with pytest.raises(crr.SchemaMismatchError, match="replicated table here but a view"):
+        a.merge(view.changes())

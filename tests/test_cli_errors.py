@@ -37,9 +37,8 @@ def refused(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
     assert "Traceback" not in err, err
     assert proc.returncode == code, (proc.returncode, err)
     lines = err.strip().splitlines()
-    if lines and not lines[0].startswith("usage:"):  # argparse shows the usage above its error line
-        assert len(lines) == 1, err
-    line = lines[-1] if lines else ""
+    assert len(lines) == 1, err  # argparse's own errors too: it showed its usage block above them
+    line = lines[0]
     assert line.startswith("crr ") and "error:" in line, err
     for w in words:
         assert w.lower() in line.lower(), (w, err)

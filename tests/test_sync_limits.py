@@ -346,6 +346,11 @@ def test_a_control_path_that_is_not_a_socket_is_left_alone(tmp_path):
     assert taken.read_text() == "keep me"
     with pytest.raises(crr.CrrError, match="pull_interval"):
         SyncService(site, b"s" * 32, pull_interval=-1)
+    # the secret: at least 16 bytes, as the command line asks (a short one was taken); text is its UTF-8
+    for secret in (b"short", "short", None, 12345):
+        with pytest.raises(crr.CrrError, match="at least 16 bytes"):
+            SyncService(site, secret)  # type: ignore[arg-type]
+    assert SyncService(site, "s" * 32).secret == b"s" * 32
     site.close()
 
 
