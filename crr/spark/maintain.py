@@ -311,7 +311,10 @@ class SparkMaintainer:
                 narrow = self.shape.narrow(rel, self.rels)
                 changes = self._keep(summed_changes(rel, count_changes(
                     rel, old, self.delta.get(rel.name), mine, vis_after, narrow, self._keep, self.small)))
-                patched = patched_counts(rel, app, changes, changes.count())  # materialized, then joined
+                rows = changes.count()  # materialized, then joined
+                if not rows:
+                    return  # no tuple's count changed: the APP table stays as it is (no part written)
+                patched = patched_counts(rel, app, changes, rows)
             self.txn.replace(app_key(rel), patched)
         self._parallel([lambda r=rel: patch(r) for rel in todo])
         self.result.refreshed.extend(rel.name for rel in todo)
