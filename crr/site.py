@@ -209,6 +209,7 @@ class Site:
                 state.save_counters()
             except duckdb.Error:
                 pass  # the counters are recovered from the AUG rows at the next open
+            state.close_reader()
             state.con.close()
 
     def __getstate__(self) -> object:
@@ -345,18 +346,16 @@ class Site:
         """
         return site_merge.merge(self._state, changeset, track)
 
-    @_one_thread_at_a_time
     def peer_cursor(self, peer: str, relation: str) -> int:
-        """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
-        self._state.check_open()
+        """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if
+        none). Read as committed, without waiting for a statement another thread runs on the site."""
         if not isinstance(peer, str) or not isinstance(relation, str):
             raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
                                f"{peer!r} and {relation!r}")
-        rows = self._state.con.execute(PEER_CURSOR_SQL, [peer, fold_identifier(relation)]).fetchall()
+        rows = self._state.read_committed(PEER_CURSOR_SQL, [peer, fold_identifier(relation)])
         return int(rows[0][0]) if rows else 0
 
-    @_one_thread_at_a_time
     def peer_cursors(self) -> list[tuple[str, str, int, Any]]:
-        """All tracked cursors: (peer, relation, cursor, last update time)."""
-        self._state.check_open()
-        return self._state.con.execute(PEER_CURSORS_SQL).fetchall()
+        """All tracked cursors: (peer, relation, cursor, last update time). Read as committed, without
+        waiting for a statement another thread runs on the site."""
+        return self._state.read_committed(PEER_CURSORS_SQL)

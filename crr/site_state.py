@@ -107,6 +107,10 @@ class SiteState:
         # held by every Site method that uses the connection: one thread at a time runs statements on it
         # (DuckDB's connection hands a statement's result to whichever thread fetches next)
         self.lock = threading.RLock()
+        # a second connection to the database, for reads of committed state that must not wait for a
+        # statement another thread runs (read_committed); its own lock, as it is one connection too
+        self._reader: duckdb.DuckDBPyConnection | None = None
+        self._reader_lock = threading.Lock()
         # caches, each valid until crr DDL changes the catalog (forget_statements)
         self.widths: dict[str, tuple[int, int]] = {}  # monomial lengths of relations (see Maintainer)
         self.parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
@@ -158,6 +162,22 @@ class SiteState:
             raise
         finally:
             self.staged = None
+
+    def read_committed(self, sql: str, params: list | None = None) -> list[tuple]:
+        """Rows of a query over committed state, read on a connection of its own: it does not wait for
+        the site's lock, which a long statement may hold (crr status while crr serve runs a query)."""
+        with self._reader_lock:
+            self.check_open()
+            if self._reader is None:
+                self._reader = self.con.cursor()
+            return self._reader.execute(sql, params or []).fetchall()
+
+    def close_reader(self) -> None:
+        """Close the connection :meth:`read_committed` uses (the site is closing)."""
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     def forget_statements(self) -> None:
         """Drop cached DML and delta SQL, and the prepared statements (after DDL, which they depend on)."""

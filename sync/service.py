@@ -294,24 +294,32 @@ class SyncService:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = 120) -> Any:
-        """Run ``fn(*args)`` on the service thread (where the site lives) and return its result."""
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float = 120, hold_site: bool = True) -> Any:
+        """Run ``fn(*args)`` on the service thread (where the site lives) and return its result; holding
+        the site (merges and statements wait) unless ``hold_site`` is false (a read of committed state)."""
         if self._loop is None:
             raise CrrError("the sync service is not running; call start() first")
 
         async def run():
+            if not hold_site:
+                return fn(*args)
             async with self._site_lock:
                 return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
 
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
-        """Run a statement on the site (from any thread) and tell peers if it changed something."""
-        return self.call(self._execute_here, sql, params)
+        """Run a statement on the site (from any thread) and tell peers if it changed something. It runs
+        on a worker thread: merges wait for it, but the service keeps its connections and answers
+        :meth:`status` meanwhile."""
+        if self._loop is None:
+            raise CrrError("the sync service is not running; call start() first")
+        return asyncio.run_coroutine_threadsafe(self._statement(sql, params), self._loop).result()
 
     def status(self) -> dict:
-        """Relations, peers, cursors, how far behind each stream is, failing merges, memory and refusals."""
-        return self.call(self._status_here)
+        """Relations, peers, cursors, how far behind each stream is, failing merges, memory and refusals.
+        Answered while a statement or merge runs: it reads committed state only (Site.peer_cursors)."""
+        return self.call(self._status_here, hold_site=False)
 
     def forget_peer_key(self, site_id: str) -> None:
         """Unpin a peer's key (after that site really changed its key); it is trusted on first use again."""
@@ -736,21 +744,27 @@ class SyncService:
                 link.wanted.set()
 
     # -- local operations -------------------------------------------------------------------------
-    def _execute_here(self, sql: str, params: Any) -> list[tuple]:
-        before = self.site.cursor
-        rows = self.site.execute(sql, params)
-        if self._loop is not None:
-            if self.site.cursor != before:
-                self._spawn(self._notify())
-            self._spawn(self._announce())
+    async def _statement(self, sql: str, params: Any, client: Link | None = None) -> list[tuple]:
+        """Run a statement on a worker thread, holding the site; then tell peers if it changed something.
+        ``client``: the control connection it came from, whose leaving interrupts it."""
+        async with self._site_lock:
+            before = self.site.cursor
+            running = asyncio.to_thread(self.site.execute, sql, params)
+            rows = await (self._unless_client_leaves(client, running) if client is not None else running)
+            wrote = self.site.cursor != before
+        if wrote:
+            self._spawn(self._notify())
+        self._spawn(self._announce())
         return rows
 
     def _status_here(self) -> dict:
+        cursors = self.site.peer_cursors()
         peers = []
         for peer, link in sorted(self.links.items()):
             streams = []
+            tracked = {(p, r): int(c) for p, r, c, _ in cursors}
             for name in self._wanted_relations(link):
-                cursor = self.site.peer_cursor(peer, name)
+                cursor = tracked.get((peer, name), 0)
                 stream = {"relation": name, "cursor": cursor, "behind": max(0, link.peer_cursor - cursor)}
                 failure = self.failures.get((peer, name))
                 if failure is not None:
@@ -764,7 +778,7 @@ class SyncService:
                 "listening": f"{self.address[0]}:{self.address[1]}" if self.address else None,
                 "relations": self.site.relations(), "peers": peers,
                 "unreachable": [{"address": a, "error": e} for a, e in sorted(self.unreachable.items())],
-                "cursors": [list(map(str, c)) for c in self.site.peer_cursors()],
+                "cursors": [list(map(str, c)) for c in cursors],
                 "failing": [f.describe() for _, f in sorted(self.failures.items())],
                 "memory": {"buffered": self.budget.used, "peak": self.budget.peak, "limit": self.budget.limit,
                            "refused_frames": self.budget.refused},
@@ -818,19 +832,11 @@ class SyncService:
         worker thread too, while merges go on.
         """
         try:
-            if m["t"] == "status":
-                async with self._site_lock:
-                    status = self._status_here()
+            if m["t"] == "status":  # committed state only: it does not wait for a running statement
+                status = self._status_here()
                 await link.send_sealed(link.channel.seal(encode({"t": "status", "status": status}, _plain)))
                 return
-            async with self._site_lock:
-                before = self.site.cursor
-                rows = await self._unless_client_leaves(link, asyncio.to_thread(self.site.execute, m["sql"],
-                                                                                m.get("params")))
-                wrote = self.site.cursor != before
-            if wrote:
-                self._spawn(self._notify())
-            self._spawn(self._announce())
+            rows = await self._statement(m["sql"], m.get("params"), link)
         except CrrError as e:
             await link.send({"t": "error", "message": str(e), "kind": type(e).__name__})
             return

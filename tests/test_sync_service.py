@@ -376,3 +376,34 @@ def test_an_aggregate_view_is_not_served_and_its_name_keeps_the_link(tmp_path, c
         assert "connection closed" not in caplog.text
     finally:
         _shutdown(services, (a, b))
+
+
+def test_status_answers_while_a_statement_runs(tmp_path):
+    """status() waited for the site, which a running statement holds (and SyncService.execute ran the
+    statement on the service's own thread, stopping every connection with it, and gave up after 120
+    s): crr status hung behind a long query. It reads committed state now, on a connection of its own."""
+    import threading
+    a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
+    sa, sb = services = _chain(a, b)
+    try:
+        sa.execute("INSERT INTO r VALUES (1, 'x')")
+        assert wait_for(lambda: rows(sb, "SELECT count(*) FROM r") == [(1,)])
+        outcome: dict = {}
+
+        def long_query() -> None:
+            try:
+                sb.execute("SELECT count(*) FROM range(300000000000000)")  # hours of work
+            except crr.CrrError as e:
+                outcome["error"] = str(e)
+        worker = threading.Thread(target=long_query)
+        worker.start()
+        time.sleep(0.5)
+        status = sb.status()
+        assert worker.is_alive()  # answered while the statement runs
+        assert status["site"] == "b" and [p["site"] for p in status["peers"]] == ["a"]
+        assert [c[:3] for c in status["cursors"]] == [["a", "r", str(a.cursor)]]
+        b.interrupt()
+        worker.join(60)
+        assert not worker.is_alive() and "interrupted" in outcome["error"]
+    finally:
+        _shutdown(services, (a, b))
