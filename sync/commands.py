@@ -512,21 +512,28 @@ def _interruptible(site: Site, sql: str, params: list | dict | None) -> list:
     thread while DuckDB runs the statement, and stops it (``Site.interrupt``): Python takes a signal
     only between bytecodes, which a thread waiting inside DuckDB does not run until the statement ends."""
     outcome: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.is_alive: a join that Ctrl-C cut short may report the thread ended
 
     def run() -> None:
         try:
             outcome["rows"] = site.execute(sql, params)
         except BaseException as e:  # handed to the main thread
             outcome["error"] = e
-    worker = threading.Thread(target=run, name="crr-sql-statement", daemon=True)
-    worker.start()
+        finally:
+            done.set()
+    threading.Thread(target=run, name="crr-sql-statement", daemon=True).start()
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        while not done.wait(0.1):
+            pass
     except KeyboardInterrupt:
-        site.interrupt()
-        worker.join()
-        raise
+        # DuckDB drops an interrupt that comes while none of the statement's queries runs (between
+        # them): ask again until the statement ends, interrupted (nothing changed) or done
+        while not done.is_set():
+            site.interrupt()
+            done.wait(0.1)
+        if "error" in outcome and "was interrupted" in str(outcome["error"]):
+            raise KeyboardInterrupt from None
+        # it had ended (its error, or its result, which is committed and shown: not "interrupted")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["rows"]

@@ -109,3 +109,42 @@ def test_a_query_whose_client_left_is_interrupted_at_the_serve(tmp_path: Path):
         assert after.returncode == 0 and after.stdout == "42\n", after
     finally:
         stop_serve(serve)
+
+
+def test_ctrl_c_says_interrupted_only_when_nothing_was_written():
+    """Ctrl-C in crr sql (crr.sync.commands._interruptible): DuckDB drops an interrupt that comes
+    between a statement's queries, and the shell then said "interrupted" although the statement went
+    on and committed; a cut-short join could also lose the statement's outcome. Now it asks until the
+    statement ends, and says interrupted only when nothing was written."""
+    import _thread
+    import threading
+
+    import crr
+    from crr.sync.commands import _interruptible
+    site = crr.Site(site_id="a")
+    site.execute("CREATE REPLICATED TABLE r (k BIGINT, v BIGINT)")
+    site.execute("CREATE MATERIALIZED VIEW p AS SELECT v % 1000 AS g FROM r")
+    n = 200_000
+    started = time.perf_counter()
+    site.execute(f"INSERT INTO r SELECT i, i FROM range({n}) t(i)")
+    full = time.perf_counter() - started
+    seen = set()
+    for step, fraction in enumerate([0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95, 3.0], start=1):
+        before = site.execute("SELECT count(*) FROM r")[0][0]
+        timer = threading.Timer(full * fraction, _thread.interrupt_main)
+        timer.start()
+        try:
+            _interruptible(site, f"INSERT INTO r SELECT {step * n} + i, i FROM range({n}) t(i)", None)
+            outcome = "done"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+        try:
+            timer.join()
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass  # a Ctrl-C after the statement ended: the shell would have ended there
+        written = site.execute("SELECT count(*) FROM r")[0][0] - before
+        assert written == (0 if outcome == "interrupted" else n), (fraction, outcome, written)
+        seen.add(outcome)
+    assert "interrupted" in seen
+    assert site.execute("SELECT count(*) FROM p") == [(1000,)]
