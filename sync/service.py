@@ -173,6 +173,7 @@ class RateLimitedLog:
 
 
 CONTROL_WATCH_SECONDS = 0.2  # how often a running control statement checks that its client is still there
+STOP_STATEMENT_SECONDS = 20.0  # how long stop() interrupts a running statement before it goes on without it
 
 
 def _plain(value: Any) -> Any:
@@ -245,6 +246,7 @@ class SyncService:
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task] = set()
+        self._statements: set[asyncio.Future] = set()  # statements running on worker threads (_statement)
         self._ready = threading.Event()
         self._stopping = False
         self._error: BaseException | None = None  # a failure while starting, re-raised by start()
@@ -312,9 +314,10 @@ class SyncService:
         """Run a statement on the site (from any thread) and tell peers if it changed something. It runs
         on a worker thread: merges wait for it, but the service keeps its connections and answers
         :meth:`status` meanwhile."""
-        if self._loop is None:
+        loop = self._loop
+        if loop is None:
             raise CrrError("the sync service is not running; call start() first")
-        return asyncio.run_coroutine_threadsafe(self._statement(sql, params), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(self._statement(sql, params), loop).result()
 
     def status(self) -> dict:
         """Relations, peers, cursors, how far behind each stream is, failing merges, memory and refusals.
@@ -370,6 +373,13 @@ class SyncService:
         self._spawn(self._periodic())
 
     async def _shutdown(self) -> None:
+        running = [t for t in self._statements if not t.done()]
+        if running:  # a statement must not outlive the service on the site (its caller would wait for ever)
+            log.info("stopping: interrupting %d running statement(s)", len(running))
+            deadline = time.monotonic() + STOP_STATEMENT_SECONDS
+            while not all(t.done() for t in running) and time.monotonic() < deadline:
+                self.site.interrupt()  # again until it lands: DuckDB drops one that comes between queries
+                await asyncio.wait(running, timeout=0.1)
         for server in self._servers:
             server.close()
         for link in list(self.links.values()):
@@ -749,8 +759,11 @@ class SyncService:
         ``client``: the control connection it came from, whose leaving interrupts it."""
         async with self._site_lock:
             before = self.site.cursor
-            running = asyncio.to_thread(self.site.execute, sql, params)
-            rows = await (self._unless_client_leaves(client, running) if client is not None else running)
+            running = asyncio.ensure_future(asyncio.to_thread(self.site.execute, sql, params))
+            self._statements.add(running)  # stop() interrupts it and waits for it
+            running.add_done_callback(self._statements.discard)
+            rows = await (self._unless_client_leaves(client, running) if client is not None
+                          else asyncio.shield(running))
             wrote = self.site.cursor != before
         if wrote:
             self._spawn(self._notify())

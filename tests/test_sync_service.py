@@ -407,3 +407,28 @@ def test_status_answers_while_a_statement_runs(tmp_path):
         assert not worker.is_alive() and "interrupted" in outcome["error"]
     finally:
         _shutdown(services, (a, b))
+
+
+def test_stop_interrupts_a_running_statement_and_its_caller_hears_so(tmp_path):
+    """SyncService.execute's caller waited for ever when the service stopped while its statement ran
+    (the loop closed with the statement's task pending), and the statement outlived the service on
+    the site. stop() now interrupts it; the caller gets the interruption."""
+    import threading
+    a = _site(tmp_path, "a")
+    sa = SyncService(a, SECRET).start()
+    outcome: dict = {}
+
+    def long_query() -> None:
+        try:
+            sa.execute("SELECT count(*) FROM range(300000000000000)")  # hours of work
+        except crr.CrrError as e:
+            outcome["error"] = str(e)
+    worker = threading.Thread(target=long_query)
+    worker.start()
+    time.sleep(0.5)
+    sa.stop()
+    worker.join(30)
+    assert not worker.is_alive() and "interrupted" in outcome["error"]
+    a.execute("INSERT INTO r VALUES (1, 'x')")  # the site goes on
+    assert a.execute("SELECT * FROM r") == [(1, "x")]
+    a.close()
