@@ -94,15 +94,23 @@ def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]
 
 
 def _check_parameter_count(stmt: Dml, params) -> None:
-    """Refuse values for ``?`` parameters that are too many or too few: DuckDB would count crr's own
-    parameters of the statement it runs too, and name one the user's statement does not have."""
-    expected = stmt.positional_parameters
-    if expected is None or not isinstance(params, (list, tuple)) or len(params) == expected:
+    """Refuse values that do not fit the statement's parameters (too many, too few, a list for named
+    ones): DuckDB would count crr's own parameters of the statement it runs too, and name one the
+    user's statement does not have. ``params``' type was checked by the caller."""
+    expected, names = stmt.parameters
+    if names:
+        if not isinstance(params, dict):
+            raise SqlError(f"the statement has named parameters (${', $'.join(sorted(names))}); pass their "
+                           "values as a dict")
+        return  # DuckDB names a missing or unknown one itself
+    given = len(params) if isinstance(params, (list, tuple)) else 0 if params is None else None
+    if given is None or given == expected:
         return
-    given = len(params)
+    if not expected:
+        raise SqlError(f"the statement has no parameters, got {given} value{'' if given == 1 else 's'}")
     which = "too many parameters" if given > expected else "too few parameters"
-    raise SqlError(f"{which}: the statement has {expected} (?), got {given} value{'' if given == 1 else 's'}"
-                   + (" (remove the excess ones)" if given > expected else ""))
+    raise SqlError(f"{which}: the statement takes {expected} value{'' if expected == 1 else 's'} (? or $1...), "
+                   f"got {given}" + (" (remove the excess ones)" if given > expected else ""))
 
 
 def _refuse_sources(state: SiteState, names) -> None:

@@ -101,11 +101,13 @@ class Dml:
     tree: exp.Expression
 
     @functools.cached_property
-    def positional_parameters(self) -> int | None:
-        """How many ``?`` parameters the statement takes, or None when it names or numbers them
-        (``$v``, ``$1``) or takes none."""
+    def parameters(self) -> tuple[int, frozenset[str]]:
+        """The parameters the statement takes: how many values a list must hold (the number of ``?``,
+        or the largest ``$n``), and the names of its ``$name`` parameters."""
         marks = [p.this for p in self.tree.find_all(exp.Placeholder)]
-        return len(marks) if marks and all(m is None for m in marks) else None
+        numbered = [int(m) for m in marks if m is not None and str(m).isdigit()]
+        names = frozenset(str(m) for m in marks if m is not None and not str(m).isdigit())
+        return (max(numbered) if numbered else sum(1 for m in marks if m is None)), names
 
 
 @dataclass
