@@ -129,6 +129,21 @@ def held_relations(catalog: Catalog, cs: Changeset) -> tuple[list[tuple[Relation
     return held, ignored
 
 
+def without_copies(catalog: Catalog, cs: Changeset) -> tuple[Changeset, list[str]]:
+    """``cs`` without a peer's remote copies of tables replicated here (see :func:`_copy_of_replicated`)
+    and without their causal-length entries, and the copies' names. A copy's entries may be of rows
+    another writer wrote, which the copy holds and this site does not: merged alone, without their
+    rows, they would block their keys here while showing no row."""
+    copies = [rc.name for rc in cs.relations
+              if (rel := catalog.get(rc.name)) is not None and _copy_of_replicated(rel, rc)]
+    if not copies:
+        return cs, []
+    cl = cs.cl
+    if cl is not None and cl.num_rows:
+        cl = cl.filter(pc.invert(pc.is_in(cl.column("rel"), value_set=pa.array(copies, pa.string()))))
+    return dataclasses.replace(cs, relations=[rc for rc in cs.relations if rc.name not in copies], cl=cl), copies
+
+
 def _copy_of_replicated(rel: Relation, rc: RelationChanges) -> bool:
     """Whether ``rc`` is a peer's remote copy of replicated table ``rel`` (rows it states as a
     replicated table's, or none yet), which ``rel`` ignores: a replicated table merges only its

@@ -22,7 +22,7 @@ from crr.maintain import BatchResult
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
                        MergeResult, changeset_errors, grown_lineage, held_relations, learned_definitions,
                        newly_derived, plan_merge,
-                       allowed_skew, received_entries, tracked_cursors_sql, tuple_columns)
+                       allowed_skew, received_entries, tracked_cursors_sql, tuple_columns, without_copies)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
 from crr.site_state import SiteState, ViewFailed, views_inside
@@ -37,8 +37,9 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
     """Merge a changeset or its bytes (see :meth:`crr.site.Site.merge`)."""
     state.check_open()
     # bytes are validated as they are decoded; an object built in Python is validated here
-    cs = received(changeset)
+    cs, copies = without_copies(state.rels, received(changeset))
     held, ignored = held_relations(state.rels, cs)
+    ignored = copies + ignored
     point = _merge_new_rows(state, cs, held, track)
     if point is not None:
         return MergeResult(point, ignored)

@@ -519,6 +519,20 @@ def test_a_peers_copy_of_a_replicated_table_is_ignored_and_its_other_relations_m
     assert a.execute("SELECT * FROM r") == [] and a.execute("SELECT * FROM s ORDER BY k") == [(7,), (8,)]
     b.merge(a.changes())
     assert b.execute("SELECT * FROM r") == []
+    # the copy's causal lengths stay out too: they may be of rows another writer wrote, which would
+    # block their keys here while showing no row (found by a review: a's INSERT of key 1 was refused)
+    a2, c = crr.Site(site_id="a2"), crr.Site(site_id="c")
+    for s in (a2, c):
+        s.execute("CREATE REPLICATED TABLE k (k INT PRIMARY KEY, v VARCHAR)")
+    b.execute("CREATE REMOTE TABLE k (k INT PRIMARY KEY, v VARCHAR)")
+    a2.execute("CREATE REMOTE TABLE s (k INT)")
+    c.execute("INSERT INTO k VALUES (1, 'c1')")
+    b.merge(c.changes())
+    assert sorted(a2.merge(b.changes()).ignored) == ["k", "r"] and a2.execute("SELECT * FROM s") == [(7,), (8,)]
+    assert a2.execute("INSERT INTO k VALUES (1, 'a1')") == [(1,)]
+    a2.merge(c.changes())  # the rival versions meet as replicas: last writer wins, as anywhere
+    c.merge(a2.changes())
+    assert a2.execute("SELECT * FROM k") == c.execute("SELECT * FROM k") == [(1, "a1")]
     view = crr.Site(site_id="view")
     view.execute("CREATE REPLICATED TABLE q (k INT)")
     view.execute("CREATE MATERIALIZED VIEW r AS SELECT k FROM q")

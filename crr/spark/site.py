@@ -36,7 +36,7 @@ from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
-from crr.merge import allowed_skew, grown_lineage, held_relations, learned_definitions
+from crr.merge import allowed_skew, grown_lineage, held_relations, learned_definitions, without_copies
 from crr.one_thread import one_thread_at_a_time
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
@@ -516,7 +516,7 @@ class SparkSite:
         cursor is recorded per (source site, relation) in the same commit (see :meth:`peer_cursor`).
         """
         self._check_open()
-        cs = received(changeset)
+        cs, _ = without_copies(self._catalog, received(changeset))
         held, _ = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
         learned = learned_definitions(held)
