@@ -378,26 +378,33 @@ def test_an_aggregate_view_is_not_served_and_its_name_keeps_the_link(tmp_path, c
         _shutdown(services, (a, b))
 
 
+def _long_query(service: SyncService):
+    """A statement of hours run through ``service`` on a thread of its own, started half a second
+    ago; the thread, and a dict that gets the CrrError's text it ends with."""
+    import threading
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            service.execute("SELECT count(*) FROM range(300000000000000)")
+        except crr.CrrError as e:
+            outcome["error"] = str(e)
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(0.5)
+    return worker, outcome
+
+
 def test_status_answers_while_a_statement_runs(tmp_path):
     """status() waited for the site, which a running statement holds (and SyncService.execute ran the
     statement on the service's own thread, stopping every connection with it, and gave up after 120
     s): crr status hung behind a long query. It reads committed state now, on a connection of its own."""
-    import threading
     a, b = _site(tmp_path, "a"), _site(tmp_path, "b")
     sa, sb = services = _chain(a, b)
     try:
         sa.execute("INSERT INTO r VALUES (1, 'x')")
         assert wait_for(lambda: rows(sb, "SELECT count(*) FROM r") == [(1,)])
-        outcome: dict = {}
-
-        def long_query() -> None:
-            try:
-                sb.execute("SELECT count(*) FROM range(300000000000000)")  # hours of work
-            except crr.CrrError as e:
-                outcome["error"] = str(e)
-        worker = threading.Thread(target=long_query)
-        worker.start()
-        time.sleep(0.5)
+        worker, outcome = _long_query(sb)
         status = sb.status()
         assert worker.is_alive()  # answered while the statement runs
         assert status["site"] == "b" and [p["site"] for p in status["peers"]] == ["a"]
@@ -413,19 +420,9 @@ def test_stop_interrupts_a_running_statement_and_its_caller_hears_so(tmp_path):
     """SyncService.execute's caller waited for ever when the service stopped while its statement ran
     (the loop closed with the statement's task pending), and the statement outlived the service on
     the site. stop() now interrupts it; the caller gets the interruption."""
-    import threading
     a = _site(tmp_path, "a")
     sa = SyncService(a, SECRET).start()
-    outcome: dict = {}
-
-    def long_query() -> None:
-        try:
-            sa.execute("SELECT count(*) FROM range(300000000000000)")  # hours of work
-        except crr.CrrError as e:
-            outcome["error"] = str(e)
-    worker = threading.Thread(target=long_query)
-    worker.start()
-    time.sleep(0.5)
+    worker, outcome = _long_query(sa)
     sa.stop()
     worker.join(30)
     assert not worker.is_alive() and "interrupted" in outcome["error"]
