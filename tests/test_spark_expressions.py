@@ -8,12 +8,14 @@ engines apart: divisors of zero, halves to round, days of the week, non-ASCII te
 
 from __future__ import annotations
 
+import gc
 import math
 import shutil
 
 import duckdb
 import pytest
 import sqlglot
+from sqlglot import exp
 
 import crr
 from crr.errors import CrrError, UnsupportedSqlError
@@ -220,3 +222,21 @@ def test_spark_rewrites_are_the_same_query_to_duckdb():
     zeros = "SELECT 0 / 0 AS x, 1 / -CAST(0 AS DOUBLE) AS y, -1 / CAST(0 AS DOUBLE) AS z, NULL / 0 AS w"
     got = con.execute(spark_view_query("v", sqlglot.parse_one(zeros), describe).sql("duckdb")).fetchall()[0]
     assert math.isnan(got[0]) and got[1:] == (-math.inf, -math.inf, None)
+
+
+def test_a_freed_expressions_type_is_not_given_to_another():
+    """The types of a view's expressions were cached by id(): a node made after another was freed may
+    get its id, and then got its type. The CI run of this stop caught it: after a reopen, the Spark
+    site computed CAST(m AS DOUBLE) as the integer cast of an earlier CAST(m AS INTEGER) (-3.0 for
+    -2.5), once in a while."""
+    from crr.spark.expressions import _Types
+    types = _Types(lambda sql: [("_crr_x", sql)])  # a "type" naming the expression described
+    for _ in range(50):
+        first = sqlglot.parse_one("CAST(m AS INTEGER) + 1", read="duckdb")
+        for node in first.walk():
+            types.name_of(node)
+        del first, node
+        gc.collect()  # the nodes (parent links make cycles) are freed: new ones may take their memory
+        second = sqlglot.parse_one("CAST(m AS DOUBLE) * 2", read="duckdb")
+        for node in second.walk():
+            assert types.name_of(node) == exp.select(node.copy().as_("_crr_x")).sql("duckdb").upper()

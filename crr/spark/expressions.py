@@ -169,7 +169,10 @@ class _Types:
 
     def __init__(self, describe: Describe) -> None:
         self._describe = describe
-        self._known: dict[int, str | None] = {}  # by node: a node's type is asked by several checks
+        # by node (a node's type is asked by several checks), holding the node: an id alone is reused
+        # by a node made after another was freed, which then got the freed node's type (CAST(m AS DOUBLE)
+        # was rewritten as an integer cast once in a while)
+        self._known: dict[int, tuple[exp.Expression, str | None]] = {}
 
     def of(self, node: exp.Expression) -> TypeFamily | None:
         """The family of DuckDB's type of ``node``, or None when it has none crr stores."""
@@ -177,9 +180,10 @@ class _Types:
 
     def name_of(self, node: exp.Expression) -> str | None:
         """DuckDB's name of the type of ``node`` (``DECIMAL(10,2)``), or None when it cannot say."""
-        if id(node) not in self._known:
-            self._known[id(node)] = self._describe_type(node)
-        return self._known[id(node)]
+        known = self._known.get(id(node))
+        if known is None or known[0] is not node:
+            known = self._known[id(node)] = (node, self._describe_type(node))
+        return known[1]
 
     def _describe_type(self, node: exp.Expression) -> str | None:
         probe = exp.select(node.copy().as_("_crr_x"))
