@@ -468,8 +468,8 @@ def check_duckdb_values(col: pa.ChunkedArray, what: str) -> None:
     ints = col.cast(pa.int32() if pa.types.is_time32(t) else pa.int64())
     if pa.types.is_time(t):
         low, high = (v.as_py() for v in pc.min_max(ints).values())
-        high_us = high // 1000 if t.unit == "ns" else high * _MICROS[t.unit]
-        if low < 0 or high_us > _TIME_MAX or (t.unit == "ns" and high > _TIME_MAX * 1000):
+        limit = _TIME_MAX * 1000 if t.unit == "ns" else _TIME_MAX // _MICROS[t.unit]  # 24:00:00 in the unit
+        if low < 0 or high > limit:
             raise ChangesetError(f"malformed changeset: {what} holds a TIME outside 00:00:00..24:00:00")
     elif t.unit == "us":
         if pc.any(pc.and_(pc.less(ints, int64_scalar(_TIMESTAMP_MIN)),

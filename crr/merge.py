@@ -116,12 +116,13 @@ def changeset_errors() -> Iterator[None]:
 
 def held_relations(catalog: Catalog, cs: Changeset) -> tuple[list[tuple[Relation, RelationChanges]], list[str]]:
     """The changeset's relations this site merges (schemas checked), and the names it ignores:
-    relations it does not hold, its own views (computed here from their inputs, never merged), and
-    a peer's copies of its replicated tables."""
+    relations it does not hold, and its own views (computed here from their inputs, never merged).
+    A peer's copies of its replicated tables are the caller's to take out first (:func:`without_copies`,
+    which takes their causal lengths out too)."""
     held, ignored = [], []
     for rc in cs.relations:
         rel = catalog.get(rc.name)
-        if rel is None or rel.kind is RelationKind.VIEW or _copy_of_replicated(rel, rc):
+        if rel is None or rel.kind is RelationKind.VIEW:
             ignored.append(rc.name)
             continue
         check_schema(rel, rc)

@@ -61,7 +61,7 @@ from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
-                       text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
+                       is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
 from crr.writes import disagreeing_entry_error, key_clash_error, merged_rows_error, null_error, repeated_key_error
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
@@ -435,11 +435,7 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return None
     family = type_family(duckdb_type)
     if type(value) is str and family is TypeFamily.STRING:
-        try:
-            value.encode("utf-8")  # DuckDB refuses lone surrogates
-        except UnicodeEncodeError:
-            return _NOT_SIMPLE
-        return value
+        return value if is_utf8(value) else _NOT_SIMPLE  # DuckDB refuses lone surrogates
     if type(value) is int and family is TypeFamily.INTEGER:
         lo, hi = INT_RANGE[duckdb_type.upper().strip()]
         return str(value) if lo <= value <= hi else _NOT_SIMPLE

@@ -29,16 +29,8 @@ from crr.one_thread import one_thread_at_a_time
 from crr.prepared import Prepared
 from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
+from crr.types import is_utf8
 from crr.upgrade import upgradable, upgrade
-
-
-def _is_unicode(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _clock_skew(seconds: object) -> float:
@@ -73,7 +65,7 @@ class Site:
         if site_id is not None and (not isinstance(site_id, str) or not site_id.strip()):
             raise SiteError(f"site_id must be a non-empty string, got {site_id!r}; or leave it out to have one "
                             "generated")
-        if site_id is not None and not _is_unicode(site_id):
+        if site_id is not None and not is_utf8(site_id):
             raise SiteError(f"site_id must be valid Unicode text (it travels in every changeset), got {site_id!r}")
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise SiteError(f"a site's path is a string or a path-like object (or ':memory:'), not {path!r}")

@@ -377,6 +377,15 @@ def _enc_float(value: Any, t: str) -> str:
     return "f" + repr(x)
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates), as DuckDB keeps every string."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _enc_string(value: Any, t: str) -> str:
     if not isinstance(value, str):
         raise _refuse(value, t, "expected a str")

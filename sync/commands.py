@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 # -- checks shared by the commands --------------------------------------------------------------------
 def load_secret(path: str | None) -> bytes:
     """The deployment secret from ``--secret-file`` (checked: exists, readable, long enough) or $CRR_SECRET."""
-    from crr.sync.crypto import load_secret as from_file_or_env
+    from crr.sync.crypto import MIN_SECRET_BYTES, load_secret as from_file_or_env
     if path is None:
         return from_file_or_env(None)
     if not os.path.exists(path):
@@ -205,9 +205,9 @@ def load_secret(path: str | None) -> bytes:
             size = len(f.read().strip())
     except OSError as e:
         raise UsageError(f"cannot read --secret-file {path}: {e.strerror}") from None
-    if size < 16:
+    if size < MIN_SECRET_BYTES:
         raise UsageError(f"--secret-file {path} holds {size} bytes{' (it is empty)' if not size else ''}; the "
-                         f"deployment secret needs at least 16, the same on every peer (make one with: {NEW_SECRET})")
+                         f"deployment secret needs at least {MIN_SECRET_BYTES}, the same on every peer (make one with: {NEW_SECRET})")
     return from_file_or_env(path)
 
 

@@ -54,6 +54,9 @@ class IdentityError(AuthError):
         self.remote = remote or "identity refused"
 
 
+MIN_SECRET_BYTES = 16  # the deployment secret's least length (the command line, the API)
+
+
 def load_secret(path: str | None = None, env: str = "CRR_SECRET") -> bytes:
     """The deployment secret from a file or the environment variable ``CRR_SECRET``."""
     if path:
@@ -61,7 +64,7 @@ def load_secret(path: str | None = None, env: str = "CRR_SECRET") -> bytes:
             secret = f.read().strip()
     else:
         secret = os.environ.get(env, "").encode()
-    if len(secret) < 16:
+    if len(secret) < MIN_SECRET_BYTES:
         raise AuthError("no usable deployment secret: give --secret-file FILE (or set CRR_SECRET) with at least "
                         "16 bytes shared by all peers, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`")
     return secret

@@ -209,7 +209,7 @@ class SyncService:
                  log_interval: float = 10.0, max_handshakes: int = 64) -> None:
         if isinstance(secret, str):
             secret = secret.encode()  # a secret kept as text (CRR_SECRET, a config value): its UTF-8 bytes
-        if not isinstance(secret, (bytes, bytearray)) or len(secret) < 16:
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) < crypto.MIN_SECRET_BYTES:
             raise crypto.AuthError("the deployment secret must be at least 16 bytes shared by all peers (as bytes or "
                             "text), e.g. secrets.token_hex(32)")
         self.site = site
@@ -772,10 +772,10 @@ class SyncService:
 
     def _status_here(self) -> dict:
         cursors = self.site.peer_cursors()
+        tracked = {(p, r): int(c) for p, r, c, _ in cursors}
         peers = []
         for peer, link in sorted(self.links.items()):
             streams = []
-            tracked = {(p, r): int(c) for p, r, c, _ in cursors}
             for name in self._wanted_relations(link):
                 cursor = tracked.get((peer, name), 0)
                 stream = {"relation": name, "cursor": cursor, "behind": max(0, link.peer_cursor - cursor)}
