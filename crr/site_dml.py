@@ -71,6 +71,8 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
                  f"{names}, so it may change {names} outside crr (if it is plain DML, write it more simply)")
                 + "; crr relations change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP "
                 "of crr DDL")
+    if not stmt.read_only:
+        state.user_functions = None  # it may define or drop a macro (see crr.site_ddl), even if it fails
     with translated_errors():
         cur = state.con.execute(stmt.sql, params) if params else state.con.execute(stmt.sql)
         try:

@@ -118,6 +118,9 @@ class SiteState:
         self.accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
         self.delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
         self.prepared = Prepared()  # point-path statements prepared on the connection
+        # the names of the macros defined at this site, read once (crr.site_ddl); None again after a
+        # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs
+        self.user_functions: frozenset[str] | None = None
 
     # -- the catalog and transactions ------------------------------------------------------------
     @property

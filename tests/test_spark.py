@@ -300,27 +300,42 @@ def test_a_spark_copy_follows_one_view_definition_and_drop_forgets_a_relations_s
 # -- atomicity, restart, errors ----------------------------------------------------------------------------
 
 KILL_CHILD = r"""
-import sys, time
+import os, sys, threading, time, traceback
 from crr.bench.gupta_spark import spark_session
 from crr.spark import SparkSite
 import crr.spark.store as store
 
-point = sys.argv[2]
+paths = {"switch": sys.argv[1], "after": sys.argv[2]}  # where each site's merge stops: its site's folder
+changes = open(sys.argv[3], "rb").read()
 original_replace = store.os.replace
+stopped = threading.Semaphore(0)
 
 def replace(src, dst):
+    point = next((p for p, path in paths.items() if dst.startswith(path + os.sep)), None)
     if dst.endswith("CURRENT") and point == "switch":
-        print("killme", flush=True)
+        stopped.release()
         time.sleep(600)
     original_replace(src, dst)
     if dst.endswith("CURRENT") and point == "after":
-        print("killme", flush=True)
+        stopped.release()
         time.sleep(600)
 
+def merge(path):
+    try:
+        SparkSite(spark, path).merge(changes)
+        print("merged", flush=True)
+    except BaseException:
+        print("failed: " + traceback.format_exc().replace("\n", " | "), flush=True)
+    os._exit(1)
+
 store.os.replace = replace
-site = SparkSite(spark_session(), sys.argv[1])
-site.merge(open(sys.argv[3], "rb").read())
-print("merged", flush=True)
+spark = spark_session()
+for path in paths.values():
+    threading.Thread(target=merge, args=(path,), daemon=True).start()
+for _ in paths:
+    stopped.acquire()
+print("killme", flush=True)
+time.sleep(600)
 """
 
 
@@ -335,7 +350,7 @@ def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_pa
     """A process killed just before the manifest switch (all Spark jobs of the merge done, its parts
     written) reopens to the state before the merge; killed just after the switch, to the state after
     it. Parts the killed merge wrote are deleted at reopen, and merging again gives the merged state.
-    (Each case is a process with its own JVM; the two run at once, on two copies of one site.)"""
+    (One process with its own JVM runs both cases at once, on two copies of one site.)"""
     src = _base_site("src")
     src.insert_many("r", [(i, f"b{i % 3}", float(i % 4) - 1) for i in range(30)])
     first = src.changes()
@@ -344,29 +359,28 @@ def test_a_merge_killed_midway_leaves_the_state_before_or_after_it(spark, tmp_pa
     second = src.changes(since=first.cursor)
     points = {"switch": False, "after": True}  # where the process is killed: whether the merge survives
     path = {point: str(tmp_path / point) for point in points}
+    site = SparkSite(spark, path["switch"], site_id="cloud")
+    site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
+    site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
+    site.merge(first.to_bytes())
+    site.close()
+    shutil.copytree(path["switch"], path["after"])  # a site's folder may move: its manifest names parts relatively
     before = {}
     for point in points:
-        site = SparkSite(spark, path[point], site_id="cloud")
-        site.execute("CREATE REPLICATED TABLE r (a INTEGER, b VARCHAR, x DOUBLE)")
-        site.execute("CREATE MATERIALIZED VIEW big AS SELECT a, b FROM r WHERE x > 0")
-        site.merge(first.to_bytes())
+        site = SparkSite(spark, path[point])
         before[point] = {n: _spark_rows(site, n) for n in ("r", "big")}
         site.close()
     (tmp_path / "second.bin").write_bytes(second.to_bytes())
-    children = {point: subprocess.Popen([sys.executable, "-c", KILL_CHILD, path[point], point,
-                                         str(tmp_path / "second.bin")], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-                for point in points}
+    # one process (one JVM) runs both merges, each in a thread that stops at its point; then it is killed
+    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, path["switch"], path["after"],
+                              str(tmp_path / "second.bin")], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        for point, child in children.items():
-            line = child.stdout.readline()
-            assert line.strip() == "killme", f"child ({point}) stopped early: {line!r}"
-            os.killpg(child.pid, signal.SIGKILL)
+        line = child.stdout.readline()
+        assert line.strip() == "killme", f"the child stopped early: {line!r}"
     finally:
-        for child in children.values():
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=60)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
     for point, survives in points.items():
         site = SparkSite(spark, path[point])
         after = {n: _spark_rows(site, n) for n in ("r", "big")}

@@ -249,6 +249,20 @@ def test_a_view_calling_a_macro_defined_at_the_site_is_refused(site):
     site.execute("CREATE MATERIALIZED VIEW v AS SELECT a + 1000 AS p FROM r")  # the expression itself
 
 
+def test_a_macro_defined_after_a_view_was_declared_is_still_seen(site):
+    """The site's macro names are read once and read again after any statement that may define one:
+    a macro created after a view was declared still refuses the next view calling it."""
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("CREATE MATERIALIZED VIEW v1 AS SELECT abs(a) AS p FROM r")  # the names are read here
+    for macro in ("plus", "minus"):
+        site.execute(f"CREATE MACRO {macro}(x) AS x + 1000")
+        with pytest.raises(crr.UnsupportedSqlError, match=rf"{macro}\(\), a macro defined at this site"):
+            site.execute(f"CREATE MATERIALIZED VIEW v2 AS SELECT {macro}(a) AS p FROM r")
+        site.execute("SELECT count(*) FROM r")  # a query defines nothing
+    site.execute("CREATE MATERIALIZED VIEW v2 AS SELECT abs(b) AS p FROM r")
+    assert set(site.relations()) == {"r", "v1", "v2"}
+
+
 def test_writes_to_views_and_remote_tables_are_refused(site):
     site.execute("CREATE REMOTE TABLE r (a INT)")
     site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM r")
