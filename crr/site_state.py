@@ -119,8 +119,9 @@ class SiteState:
         self.delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
         self.prepared = Prepared()  # point-path statements prepared on the connection
         # the names of the macros defined at this site, read once (crr.site_ddl); None again after a
-        # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs
-        self.user_functions: frozenset[str] | None = None
+        # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs. A new
+        # in-memory database has none (a file may keep some from before it was opened)
+        self.user_functions: frozenset[str] | None = frozenset() if path == ":memory:" else None
 
     # -- the catalog and transactions ------------------------------------------------------------
     @property

@@ -20,12 +20,11 @@ that forced crr's append-only path on every batch still passed here.)
 
 from __future__ import annotations
 
-import duckdb
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import crr
-from tests.conftest import app, aug, reference
+from tests.conftest import app, aug, plain_duckdb, reference
 
 VIEWS = [
     ("sel", "SELECT a, b FROM r WHERE a >= 1 AND b IS NOT NULL"),
@@ -169,18 +168,17 @@ def check_views_over_inputs(sites: dict[str, crr.Site], name: str) -> None:
     else:
         return
     site = sites[name]
-    con = duckdb.connect()  # one connection for all of the site's views (this runs after every delivery)
-    for table, ddl in inputs.items():
-        con.execute(f"CREATE TABLE {table} {ddl}")
-        rows = app(site, table)
-        if rows:
-            con.executemany(f"INSERT INTO {table} VALUES (?, ?{', ?' * (len(rows[0]) - 2)})", rows)
-    for view, sql in views:
-        con.execute(f"CREATE VIEW {view} AS {sql}")
-    for view in checked:
-        expected = con.execute(f"SELECT DISTINCT * FROM {view} ORDER BY ALL NULLS FIRST").fetchall()
-        assert app(site, view) == expected, f"{name}'s view {view} differs from its query over {name}'s inputs"
-    con.close()
+    with plain_duckdb() as con:  # one database for all of the site's views (this runs after every delivery)
+        for table, ddl in inputs.items():
+            con.execute(f"CREATE TABLE {table} {ddl}")
+            rows = app(site, table)
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES (?, ?{', ?' * (len(rows[0]) - 2)})", rows)
+        for view, sql in views:
+            con.execute(f"CREATE VIEW {view} AS {sql}")
+        for view in checked:
+            expected = con.execute(f"SELECT DISTINCT * FROM {view} ORDER BY ALL NULLS FIRST").fetchall()
+            assert app(site, view) == expected, f"{name}'s view {view} differs from its query over {name}'s inputs"
 
 
 def check(sites: dict[str, crr.Site]) -> None:

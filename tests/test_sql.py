@@ -263,6 +263,18 @@ def test_a_macro_defined_after_a_view_was_declared_is_still_seen(site):
     assert set(site.relations()) == {"r", "v1", "v2"}
 
 
+def test_a_macro_a_site_file_kept_is_seen_after_reopening(tmp_path):
+    """A file keeps the macros created in it: a reopened site reads their names before its first view."""
+    site = crr.Site(tmp_path / "a.db", site_id="a")
+    site.execute("CREATE REPLICATED TABLE r (a INT)")
+    site.execute("CREATE MACRO plus(x) AS x + 1000")
+    site.close()
+    site = crr.Site(tmp_path / "a.db")
+    with pytest.raises(crr.UnsupportedSqlError, match=r"plus\(\), a macro defined at this site"):
+        site.execute("CREATE MATERIALIZED VIEW v AS SELECT plus(a) AS p FROM r")
+    site.close()
+
+
 def test_writes_to_views_and_remote_tables_are_refused(site):
     site.execute("CREATE REMOTE TABLE r (a INT)")
     site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM r")
