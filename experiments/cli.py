@@ -190,13 +190,15 @@ def _dispatch(name: str, args: argparse.Namespace, say):
         return records, lambda d: report.paper_plots(records, d)
     if name == "spark":
         from crr.bench import paper
-        from crr.bench.gupta_spark import stop_spark
+        from crr.bench import gupta_spark
+        ours = not gupta_spark.session_started()  # a session the caller started (main() in a test) stays up
         try:
             records = paper.run(_ints(args.sizes), args.batch, args.repeat, say,
                                 algorithms=("crr", "gupta-duckdb", "gupta-spark", "crr-spark"),
                                 experiments=_experiments(args))
         finally:
-            stop_spark()
+            if ours:
+                gupta_spark.stop_spark()
         report.paper_table(records, baseline="gupta-spark")
         return records, lambda d: report.paper_plots(records, d)
     if name == "writes":

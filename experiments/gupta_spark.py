@@ -54,6 +54,11 @@ def spark_session():
     return _SPARK
 
 
+def session_started() -> bool:
+    """Whether the shared session is up (:func:`spark_session` was called and not stopped since)."""
+    return _SPARK is not None
+
+
 def stop_spark() -> None:
     """Stop the shared session (at the end of a benchmark run)."""
     global _SPARK

@@ -240,5 +240,8 @@ def test_bench_spark(tmp_path):
     pytest.importorskip("pyspark")
     # the join's inserts and deletes (the projection's run in test_bench_paper, and on Spark in
     # tests/test_spark.py): each Spark batch costs seconds, and CI runs the Spark tests on one worker
+    from crr.bench import gupta_spark
+    spark = gupta_spark.spark_session()  # as the Spark tests run in this process: the run leaves it up
     doc = _run(tmp_path, "spark", "--experiments", "join-insert,join-delete")
     _paper_checks(doc, {"crr", "gupta-duckdb", "gupta-spark", "crr-spark"}, {"join-insert", "join-delete"})
+    assert gupta_spark.session_started() and spark.range(3).count() == 3
