@@ -177,9 +177,13 @@ class SparkMaintainer:
     def populate(self, view: Relation) -> SparkResult:
         """Fill a new view from the whole state of its inputs, and compute its APP table."""
         assert view.plan is not None
-        for name in view.plan.inputs:
-            rel = self.rels[name]
-            self.delta[name] = self.txn.read(tuples_key(rel) if rel.is_base else monos_key(rel))
+        keys = [tuples_key(self.rels[name]) if self.rels[name].is_base else monos_key(self.rels[name])
+                for name in view.plan.inputs]
+        if all(self.txn.empty(key) for key in keys):  # a view declared before data: no job to run
+            self.result.refreshed.append(view.name)  # its APP table, created empty, is its membership
+            return self.result
+        for name, key in zip(view.plan.inputs, keys):
+            self.delta[name] = self.txn.read(key)
         self._run_view(view)
         self.txn.replace(app_key(view), full_counts(view, self.txn.read(monos_key(view)), self._visibility(),
                                                     self.shape.narrow(view, self.rels)))

@@ -174,6 +174,10 @@ class Transaction:
         """Whether table ``key`` exists in this transaction's state."""
         return key in self.tables
 
+    def empty(self, key: str) -> bool:
+        """Whether table ``key`` holds no rows in this transaction's state (an empty part is never listed)."""
+        return not self.tables[key]["parts"]
+
     def read(self, key: str):
         """Table ``key`` as this transaction sees it (committed parts and its own)."""
         return self.store.read(key, self.tables)
