@@ -27,6 +27,7 @@ from crr.merge import CURSORS_FORGET_SQL
 from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
+from crr.sql.guard import builtin_functions
 from crr.sql.validate import check_relation_names, function_name, refuse
 from crr.sql.statements import RESERVED_PREFIX, CreateTable, CreateView, Drop, Other, RelationKind, is_reserved, parse_one
 from crr.types import Column, type_family, type_probe_sql
@@ -72,7 +73,11 @@ def _check_no_user_functions(state: SiteState, query) -> None:
     """Refuse a view calling a macro defined at this site (``CREATE MACRO``, which may also shadow one
     of DuckDB's functions): other sites do not have it, and redefining it would change what the view
     computes for new rows only. (Checked when the view is declared; a stored view is not refused.)"""
-    if state.user_functions is None:  # listing DuckDB's functions takes about 18 ms
+    # the names are read once (listing DuckDB's functions takes about 18 ms) and again when the view
+    # calls a function that is neither DuckDB's nor a known macro (created on another connection to
+    # the database, which crr does not see)
+    unknown = {function_name(node) for node in query.find_all(exp.Anonymous)} - builtin_functions()
+    if state.user_functions is None or unknown - state.user_functions:
         state.user_functions = frozenset(r[0] for r in state.con.execute(USER_FUNCTIONS_SQL).fetchall())
     defined = state.user_functions
     for node in query.find_all(exp.Func):

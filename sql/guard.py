@@ -164,7 +164,7 @@ def _duck_types(sql: str) -> list[str] | None:
 _builtins: frozenset[str] | None = None
 
 
-def _builtin_functions() -> frozenset[str]:
+def builtin_functions() -> frozenset[str]:
     """The names (lower case) of the functions and macros DuckDB has built in."""
     global _builtins
     with _duck_lock:
@@ -587,7 +587,7 @@ def _refuse_builtin_override(kind: str, toks: list[_Tok]) -> None:
     while i + 2 < len(toks) and toks[i + 1].text == ".":  # catalog.schema.name: the name is the last part
         i += 2
     name = toks[i].word
-    if name.lower() in _builtin_functions():
+    if name.lower() in builtin_functions():
         raise UnsupportedSqlError(f"a macro named {name} would replace DuckDB's built-in {name}, which crr's own "
                                   "statements call; give the macro another name")
 
