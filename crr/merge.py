@@ -31,7 +31,7 @@ from crr.arrow_build import int64_scalar, strings
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, TABLE_DEFINITION, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
-from crr.errors import ChangesetError, SchemaMismatchError
+from crr.errors import CatalogError, ChangesetError, SchemaMismatchError
 from crr.id_sets import all_in, id_storage, index_in
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
@@ -306,6 +306,13 @@ def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
     """The columns (and DuckDB types) of a changeset's tuples table of ``rel``: its id (``id`` for a
     replicated table's, ``vid`` for a derived relation's) and its AUG columns."""
     return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
+
+
+def check_peer_cursor_args(peer: object, relation: object) -> None:
+    """:class:`CatalogError` unless ``peer_cursor``'s arguments are a site id and a relation name (strings)."""
+    if not isinstance(peer, str) or not isinstance(relation, str):
+        raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
+                           f"{peer!r} and {relation!r}")
 
 
 def allowed_skew(max_clock_skew: float, clock_last: int) -> float:

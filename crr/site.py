@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import reprlib
 import uuid
 from typing import Any, Iterable
 
@@ -24,26 +23,13 @@ from crr.changes import base_provenance_sql, collect_changes, derived_provenance
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
 from crr.errors import CatalogError, CrrError, SiteError, SqlError
-from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult
+from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult, check_peer_cursor_args
 from crr.one_thread import one_thread_at_a_time
 from crr.prepared import Prepared
+from crr.site_options import check_site_id, clock_skew
 from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
-from crr.types import is_utf8
 from crr.upgrade import upgradable, upgrade
-
-
-def _clock_skew(seconds: object) -> float:
-    """A clock skew bound in seconds, as a float; :class:`SiteError` for NaN, a negative number or
-    anything else (``float("inf")``: no bound)."""
-    try:
-        skew = float(seconds)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past a float's range
-        skew = float("nan")
-    if not skew >= 0:  # NaN too
-        raise SiteError(f"max_clock_skew must be a number of seconds >= 0 (float('inf'): no bound), not "
-                        f"{reprlib.repr(seconds)}")
-    return skew
 
 
 # threads sharing one Site take turns on its state's lock (a second thread waits for the first's
@@ -62,17 +48,13 @@ class Site:
 
     def __init__(self, path: str | os.PathLike = ":memory:", site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
-        if site_id is not None and (not isinstance(site_id, str) or not site_id.strip()):
-            raise SiteError(f"site_id must be a non-empty string, got {site_id!r}; or leave it out to have one "
-                            "generated")
-        if site_id is not None and not is_utf8(site_id):
-            raise SiteError(f"site_id must be valid Unicode text (it travels in every changeset), got {site_id!r}")
+        check_site_id(site_id)
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise SiteError(f"a site's path is a string or a path-like object (or ':memory:'), not {path!r}")
         self.path = ":memory:" if path is None else os.fspath(path)  # None: a new in-memory site, as the default
         if not isinstance(self.path, str):  # bytes from os.fspath of a bytes path-like
             raise SiteError(f"a site's path is a string or a path-like object of one, not {path!r}")
-        skew = _clock_skew(max_clock_skew)
+        skew = clock_skew(max_clock_skew)
         if open_files.holder(self.path) is not None:
             raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
                             "or close() it before opening the file again")
@@ -108,7 +90,7 @@ class Site:
 
     @max_clock_skew.setter
     def max_clock_skew(self, seconds: float) -> None:
-        self._state.max_clock_skew = _clock_skew(seconds)
+        self._state.max_clock_skew = clock_skew(seconds)
 
     @property
     def _con(self) -> duckdb.DuckDBPyConnection:
@@ -341,9 +323,7 @@ class Site:
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if
         none). Read as committed, without waiting for a statement another thread runs on the site."""
-        if not isinstance(peer, str) or not isinstance(relation, str):
-            raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
-                               f"{peer!r} and {relation!r}")
+        check_peer_cursor_args(peer, relation)
         rows = self._state.read_committed(PEER_CURSOR_SQL, [peer, fold_identifier(relation)])
         return int(rows[0][0]) if rows else 0
 

@@ -805,6 +805,29 @@ def test_views_declared_after_their_inputs_hold_rows_are_filled_from_them(spark,
     site.close()
 
 
+def test_a_spark_site_checks_what_it_is_opened_with_as_a_duckdb_site_does(spark, tmp_path):
+    """A bad site id, clock-skew bound or folder, and peer_cursor's arguments, are refused as a DuckDB
+    site refuses them, before anything is written: a site id of 123 was stored in a new folder, which
+    then failed to open for good, and "" was replaced by a generated id (found by a probe)."""
+    for bad in (123, "", "  ", "\udcff"):
+        with pytest.raises(crr.SiteError, match="site_id must be"):
+            SparkSite(spark, str(tmp_path / "bad"), site_id=bad)
+        with pytest.raises(crr.SiteError, match="site_id must be"):
+            crr.Site(site_id=bad)
+    with pytest.raises(crr.SiteError, match="max_clock_skew must be"):
+        SparkSite(spark, str(tmp_path / "bad"), max_clock_skew="soon")
+    assert not (tmp_path / "bad").exists()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(crr.SiteError, match="cannot use .*afile as a Spark site's folder"):
+        SparkSite(spark, str(tmp_path / "afile"))
+    site = SparkSite(spark, str(tmp_path / "good"), site_id="good")
+    for args in (("p", 5), ("p", None), (5, "r")):
+        with pytest.raises(CatalogError, match="peer_cursor takes a peer's site id and a relation name"):
+            site.peer_cursor(*args)
+    site.close()
+    assert SparkSite(spark, str(tmp_path / "good")).site_id == "good"
+
+
 def test_a_spark_site_folder_is_one_sites_at_a_time(spark, tmp_path):
     """Two SparkSite objects on one folder each committed from their own manifest: a write committed by
     the first was lost, and the cursor went back (found by a probe). The folder is locked."""

@@ -36,8 +36,10 @@ from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError
-from crr.merge import allowed_skew, grown_lineage, held_relations, learned_definitions, without_copies
+from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
+                       without_copies)
 from crr.one_thread import one_thread_at_a_time
+from crr.site_options import check_site_id, clock_skew
 from crr.spark.encoding import quote, register_udfs, spark_type
 from crr.spark.exchange import batch_of, check_changeset, collect_changes, values_frame
 from crr.spark.expressions import spark_view_query
@@ -111,10 +113,11 @@ class SparkSite:
 
     def __init__(self, spark: SparkSession, path: str, site_id: str | None = None, *,
                  max_clock_skew: float = 86_400.0) -> None:
+        check_site_id(site_id)
         self.spark = spark
         self._lock = threading.RLock()
         self.path = str(path)
-        self.max_clock_skew = float(max_clock_skew)
+        self.max_clock_skew = clock_skew(max_clock_skew)
         register_udfs(spark)
         self._store = Store(spark, self.path)
         try:
@@ -547,6 +550,7 @@ class SparkSite:
     def peer_cursor(self, peer: str, relation: str) -> int:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if none)."""
         self._check_open()
+        check_peer_cursor_args(peer, relation)
         return int(self._store.meta.get("cursors", {}).get(peer, {}).get(fold_identifier(relation), 0))
 
     @_one_thread_at_a_time

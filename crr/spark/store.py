@@ -80,8 +80,12 @@ class Store:
     def __init__(self, spark: Any, path: str) -> None:
         self.spark = spark
         self.path = os.path.abspath(path)
-        os.makedirs(os.path.join(self.path, "manifests"), exist_ok=True)
-        os.makedirs(os.path.join(self.path, "data"), exist_ok=True)
+        try:
+            os.makedirs(os.path.join(self.path, "manifests"), exist_ok=True)
+            os.makedirs(os.path.join(self.path, "data"), exist_ok=True)
+        except OSError as e:  # a file in the way, no permission, a full disk
+            raise SiteError(f"cannot use {self.path} as a Spark site's folder ({e.strerror or e}); give the "
+                            "path of a folder this process may write, or of one to create") from None
         self._lock = _hold(self.path)
         try:
             self.manifest = self._load()
