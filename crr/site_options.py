@@ -11,10 +11,12 @@ from crr.types import is_utf8
 
 def check_site_id(site_id: object) -> None:
     """:class:`SiteError` unless ``site_id`` is None (one is generated) or non-empty Unicode text."""
-    if site_id is not None and (not isinstance(site_id, str) or not site_id.strip()):
+    if site_id is None:
+        return
+    if not isinstance(site_id, str) or not site_id.strip():
         raise SiteError(f"site_id must be a non-empty string, got {site_id!r}; or leave it out to have one "
                         "generated")
-    if site_id is not None and not is_utf8(site_id):
+    if not is_utf8(site_id):
         raise SiteError(f"site_id must be valid Unicode text (it travels in every changeset), got {site_id!r}")
 
 

@@ -66,7 +66,8 @@ def load_secret(path: str | None = None, env: str = "CRR_SECRET") -> bytes:
         secret = os.environ.get(env, "").encode()
     if len(secret) < MIN_SECRET_BYTES:
         raise AuthError("no usable deployment secret: give --secret-file FILE (or set CRR_SECRET) with at least "
-                        "16 bytes shared by all peers, e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`")
+                        f"{MIN_SECRET_BYTES} bytes shared by all peers, e.g. "
+                        "`python -c 'import secrets; print(secrets.token_hex(32))'`")
     return secret
 
 

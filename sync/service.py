@@ -210,8 +210,8 @@ class SyncService:
         if isinstance(secret, str):
             secret = secret.encode()  # a secret kept as text (CRR_SECRET, a config value): its UTF-8 bytes
         if not isinstance(secret, (bytes, bytearray)) or len(secret) < crypto.MIN_SECRET_BYTES:
-            raise crypto.AuthError("the deployment secret must be at least 16 bytes shared by all peers (as bytes or "
-                            "text), e.g. secrets.token_hex(32)")
+            raise crypto.AuthError(f"the deployment secret must be at least {crypto.MIN_SECRET_BYTES} bytes shared by "
+                                   "all peers (as bytes or text), e.g. secrets.token_hex(32)")
         self.site = site
         self.secret = bytes(secret)
         self.listen = listen
