@@ -373,14 +373,8 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
     # Output names: explicit aliases, column names, or DuckDB's own naming of the first branch.
     explicit = list(branches[0].names)
     if any(n is None for n in explicit):
-        probe = branches[0].select([n or f"_crr_col{i}" for i, n in enumerate(explicit)], None,
-                                   lambda j: table_ref(branches[0].occurrences[j].relation),
-                                   with_ids=False)
-        for proj, n in zip(probe.expressions, explicit):
-            if n is None:
-                proj.replace(proj.this)
-        described = describe(probe.sql(DIALECT))
-        explicit = [n or described[i][0] for i, n in enumerate(explicit)]
+        described = _unaliased_names(flatten_union(query)[0], branches[0], explicit, describe)
+        explicit = [n or described[i] for i, n in enumerate(explicit)]
     names = [str(n) for n in explicit]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -398,6 +392,26 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
         types_of = {o.alias: dict(relation_columns(o.relation) or []) for o in b.occurrences}
         plan.one_derivation = b.determines_occurrences(types_of, [t for _, t in plan.columns])
     return plan
+
+
+def _unaliased_names(written: exp.Select, branch: Branch, explicit: list[str | None],
+                     describe: Callable[[str], Columns]) -> list[str]:
+    """DuckDB's names of the first branch's output columns, for those without an explicit name.
+
+    DuckDB names an unaliased expression after its text as written (``SELECT a + 1 FROM t`` gives
+    ``(a + 1)``), so the branch as the application wrote it is described, not its normalised form,
+    whose columns are qualified (``(t.a + 1)``). When DuckDB derives another number of columns for
+    it than the branch has, the normalised form is described instead.
+    """
+    names = [name for name, _ in describe(written.sql(DIALECT))]
+    if len(names) == len(explicit):
+        return names
+    probe = branch.select([n or f"_crr_col{i}" for i, n in enumerate(explicit)], None,
+                          lambda j: table_ref(branch.occurrences[j].relation), with_ids=False)
+    for proj, n in zip(probe.expressions, explicit):
+        if n is None:
+            proj.replace(proj.this)
+    return [name for name, _ in describe(probe.sql(DIALECT))]
 
 
 def _normalise(select: exp.Select, relation_columns: Callable[[str], Columns | None]) -> Branch:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import crr
-from tests.conftest import aug, sync
+from tests.conftest import aug, plain_duckdb, sync
 
 
 def test_dml_insert_update_delete_with_parameters(site):
@@ -234,6 +234,28 @@ def test_a_view_over_main_dot_a_relation_is_its_relation(site):
     site.execute("INSERT INTO r VALUES (1, 2)")
     site.execute("CREATE MATERIALIZED VIEW v AS SELECT a FROM main.r")
     assert site.execute("SELECT * FROM v") == [(1,)]
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT a + 1 FROM r",
+    "SELECT upper(b), a FROM r WHERE a > 0",
+    "SELECT DISTINCT a * 2, b || 'x' FROM r",
+    "SELECT r.a + s.c, s.c FROM r JOIN s ON r.a = s.b",
+    "SELECT x.a - y.a FROM r x JOIN r y ON x.b = y.b",
+    "SELECT a + 1 FROM r UNION SELECT c FROM s",
+    "SELECT *, a % 2 FROM r",
+])
+def test_a_views_unaliased_columns_get_the_names_duckdb_gives_its_query(site, query):
+    """An unaliased expression is named by DuckDB after its text as written: ``(a + 1)``, not its
+    qualified form ``(r.a + 1)`` (which views got before)."""
+    site.execute("CREATE REPLICATED TABLE r (a INT, b VARCHAR)")
+    site.execute("CREATE REPLICATED TABLE s (b INT, c INT)")
+    site.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    with plain_duckdb() as plain:
+        plain.execute("CREATE TABLE r (a INT, b VARCHAR)")
+        plain.execute("CREATE TABLE s (b INT, c INT)")
+        expected = [c[0] for c in plain.execute(query).description]
+    assert site.execute("SELECT name FROM pragma_table_info('v') ORDER BY cid") == [(n,) for n in expected]
 
 
 def test_a_view_calling_a_macro_defined_at_the_site_is_refused(site):
