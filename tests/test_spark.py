@@ -432,6 +432,24 @@ def test_a_failed_merge_changes_nothing_and_the_site_reopens(spark, tmp_path, mo
         SparkSite(spark, path, site_id="other")
 
 
+def test_a_merge_a_view_fails_on_is_a_refused_changeset_naming_the_view(spark, tmp_path):
+    """As at a DuckDB site (tests/test_point_views.py): a view's query failing on the merged rows (an
+    overflow under Spark's ANSI mode) is a ViewQueryError, both a ChangesetError and a SqlError, and
+    the merge changes nothing. It was a bare SqlError on Spark (found by a probe)."""
+    src = crr.Site(site_id="src")
+    src.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    src.execute("INSERT INTO t VALUES (0, 'a'), (2147483000, 'b')")
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW w AS SELECT k + 1000 AS x FROM t")
+    with pytest.raises(ChangesetError, match="view w cannot be maintained: its query fails on the changed data") \
+            as refused:
+        site.merge(src.changes().to_bytes())
+    assert isinstance(refused.value, crr.ViewQueryError) and isinstance(refused.value, SqlError)
+    assert "ARITHMETIC_OVERFLOW" in str(refused.value)
+    assert site.cursor == 0 and _spark_rows(site, "t") == [] and _spark_rows(site, "w") == []
+
+
 def test_forged_tuples_of_a_remote_table_are_refused(spark, tmp_path):
     """The Spark site checks a changeset with the DuckDB site's merge planning; a DuckDB site keeps a
     remote table's tuples with their entries (crr/replica.py), which the Spark site does not, so the

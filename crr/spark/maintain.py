@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 from sqlglot import exp
 
 from crr.catalog import Catalog, Relation
-from crr.errors import SqlError
+from crr.errors import SqlError, ViewQueryError
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
@@ -81,15 +81,26 @@ class SparkResult:
         return bool(self.cl_changed or any(self.new_tuples.values()) or any(self.new_monomials.values()))
 
 
+# Spark's errors of a query failing on its data (ANSI mode: an overflow, a division by zero, a cast
+# of a text that is no number or date), as DuckDB's OutOfRange, Conversion and InvalidInput errors are
+_DATA_ERRORS = ("ArithmeticException", "NumberFormatException", "DateTimeException")
+
+
 @contextlib.contextmanager
 def view_errors(view: str) -> Iterator[None]:
-    """A delta plan failing on Spark (an overflow under ANSI mode, ...) refuses the change, naming the view."""
+    """A delta plan failing on Spark refuses the change, naming the view: a query failing on the
+    data (:data:`_DATA_ERRORS`) is a :class:`~crr.errors.ViewQueryError`, as at a DuckDB site
+    (:func:`crr.maintain.view_errors`); any other Spark error a :class:`~crr.errors.SqlError`."""
     try:
         yield
     except Exception as e:  # Spark raises its own exception classes (pyspark.errors)
-        if type(e).__module__.startswith("pyspark"):
-            raise SqlError(f"view {view} cannot be maintained: {str(e).splitlines()[0]}; nothing was changed") from None
-        raise
+        if not type(e).__module__.startswith("pyspark"):
+            raise
+        first = str(e).strip().splitlines()[0]
+        if type(e).__name__ in _DATA_ERRORS:
+            raise ViewQueryError(f"view {view} cannot be maintained: its query fails on the changed data "
+                                 f"({first}); nothing was changed") from None
+        raise SqlError(f"view {view} cannot be maintained: {first}; nothing was changed") from None
 
 
 class SparkMaintainer:
