@@ -63,10 +63,12 @@ from enum import Enum
 
 from typing import TYPE_CHECKING
 
+from sqlglot import exp
+
 from crr.errors import CatalogError
 from crr.types import Column, quote_ident
 from crr.sql.compile import ViewPlan
-from crr.sql.parse import canonical_sql
+from crr.sql.parse import canonical_sql, fold_identifier
 from crr.sql.statements import RelationKind
 
 if TYPE_CHECKING:
@@ -386,6 +388,21 @@ KIND_TEXT = {RelationKind.REPLICATED: "replicated table", RelationKind.REMOTE: "
 def kind_text(kind: RelationKind | None) -> str:
     """How a message names a kind of relation (``relation`` when the kind is not known)."""
     return KIND_TEXT.get(kind, "relation") if kind is not None else "relation"
+
+
+def source_read_error(name: str) -> CatalogError:
+    """The error of a statement reading remote source ``name``, which keeps no table at a site (the
+    database would say only that no such table exists)."""
+    return CatalogError(f"{name} is a remote source: this site keeps no table of it; query the views "
+                        "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
+
+
+def read_sources(catalog: Mapping[str, Relation], tree: exp.Expression) -> list[str]:
+    """The remote sources of ``catalog`` a statement's ``tree`` reads (tables it names without a
+    schema, but not its CTEs), in the order it names them."""
+    ctes = {fold_identifier(c.alias) for c in tree.find_all(exp.CTE)}
+    names = [fold_identifier(t.name) for t in tree.find_all(exp.Table) if not t.db]
+    return [n for n in dict.fromkeys(names) if n not in ctes and n in catalog and catalog[n].kind is RelationKind.SOURCE]
 
 
 def aug_name(position: int) -> str:

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
 from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
-from crr.catalog import SCHEMA, Relation, kind_text
+from crr.catalog import SCHEMA, Relation, kind_text, read_sources, source_read_error
 from crr.causal import LocalEntries
 from crr.cte import CteWrite
 from crr.errors import (CatalogError, ReadOnlyRelationError, SqlError, TypeMismatchError,
@@ -50,7 +50,9 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     """Run SQL that is not crr's (a query, or DDL and DML on the application's own tables); refuse
     what would read a remote source, which has no table here, or change a crr relation."""
     rels = state.rels
-    _refuse_sources(state, stmt.tables)
+    for name in stmt.tables:
+        if name in rels and rels[name].kind is RelationKind.SOURCE:
+            raise source_read_error(name)
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
         reserved = sorted(t for t in stmt.writes if is_reserved(t) and t not in rels)
         if reserved:  # crr's temporary tables: one of the app's own would hide or be hidden by it
@@ -115,15 +117,6 @@ def _check_parameter_count(stmt: Dml, params) -> None:
                    f"got {given}" + (" (remove the excess ones)" if given > expected else ""))
 
 
-def _refuse_sources(state: SiteState, names) -> None:
-    """Refuse a statement reading a remote source, which has no table here (DuckDB would say only
-    that no such table exists)."""
-    for t in names:
-        if t in state.rels and state.rels[t].kind is RelationKind.SOURCE:
-            raise CatalogError(f"{t} is a remote source: this site keeps no table of it; query the views "
-                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
-
-
 def writable(state: SiteState, name: str) -> Relation:
     """The replicated table ``name``; an error naming what it is when it is another relation."""
     rel = state.rels.get(name)
@@ -150,8 +143,8 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
     columns = [(c.name, c.type) for c in rel.columns]
     rq = state.rewritten.get(id(stmt))
     if rq is None:  # (a statement run again was checked when first run)
-        ctes = {fold_identifier(c.alias) for c in stmt.tree.find_all(exp.CTE)}
-        _refuse_sources(state, {fold_identifier(t.name) for t in stmt.tree.find_all(exp.Table) if not t.db} - ctes)
+        for name in read_sources(state.rels, stmt.tree):
+            raise source_read_error(name)
         rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
                    DmlKind.DELETE: dml.delete_rows}[stmt.kind]
         rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)

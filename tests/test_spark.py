@@ -507,6 +507,14 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
             site.execute(statement)
     with pytest.raises(SqlError, match="cannot parse"):
         site.execute("SELECT 'unterminated")
+    for statements, count in (("SELECT 1; SELECT 2", 2), ("", 0), (" ; ", 0)):  # a DuckDB site's words
+        with pytest.raises(SqlError, match=f"expected one SQL statement, got {count}; run statements one at a time"):
+            site.execute(statements)
+    site.execute("CREATE REMOTE SOURCE src (k INTEGER, v VARCHAR)")
+    for query in ("SELECT * FROM src", "SELECT * FROM r JOIN SRC ON r.a = SRC.k"):  # not Spark's "not found"
+        with pytest.raises(CatalogError, match="src is a remote source: this site keeps no table of it"):
+            site.execute(query)
+    assert site.execute("WITH src AS (SELECT 1 AS k) SELECT k FROM src") == [(1,)]  # a CTE of that name is none
     with pytest.raises(UnsupportedSqlError, match="aggregate views are not supported on a Spark site"):
         site.execute("CREATE MATERIALIZED VIEW agg AS SELECT b, count(*) FROM r GROUP BY b")
     with pytest.raises(CatalogError, match="no relation named nope"):

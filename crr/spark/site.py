@@ -30,7 +30,7 @@ from sqlglot import exp
 
 from crr.aggregate import is_aggregate
 from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
-from crr.catalog import KIND_TEXT, Catalog, Relation, relation_from_row, relation_row
+from crr.catalog import KIND_TEXT, Catalog, Relation, read_sources, relation_from_row, relation_row, source_read_error
 from crr.arrow_result import arrow_rows
 from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
@@ -285,9 +285,12 @@ class SparkSite:
 
     def _query(self, sql: str) -> list[tuple]:
         try:
-            tree = sqlglot.parse_one(sql, read="spark")
+            trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
         except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
             raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
+        if len(trees) != 1:
+            raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
+        tree = trees[0]
         if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
             raise UnsupportedSqlError(
                 f"a Spark site keeps crr relations only, not a plain CREATE {str(tree.args['kind']).upper()}: declare "
@@ -297,6 +300,8 @@ class SparkSite:
                                                                                          exp.Update, exp.Merge):
             raise UnsupportedSqlError("a Spark site runs crr DDL and read-only queries (SELECT ...); change data "
                                       "with insert_many() or by merging changesets")
+        for name in read_sources(self._catalog, tree):
+            raise source_read_error(name)
         names = [name for name, rel in self._catalog.items() if rel.has_app]
         # the session's own temp views of those names: hidden during the query, then put back
         shadowed = {name: self.spark.table(quote(name)) for name in names
@@ -324,8 +329,7 @@ class SparkSite:
         self._check_open()
         rel = self.relation(name)
         if not rel.has_app:
-            raise CatalogError(f"{rel.name} is a remote source: this site keeps no table of it; query the views "
-                               "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
+            raise source_read_error(rel.name)
         return user_view(rel, self._store.read(app_key(rel)))
 
     def _type_table(self, rel: Relation) -> None:
