@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from crr.errors import SqlError, UnsupportedSqlError
+from crr.sql.parse import fold_identifier
 from crr.sql.statements import DIALECT
 
 
@@ -57,6 +58,18 @@ def _with_ctes(tree: exp.Expression, query: exp.Select) -> exp.Select:
     if ctes is not None:
         query.set("with_", ctes.copy())
     return query
+
+
+def _refuse_cte_named_like(tree: exp.Expression, target: exp.Table, verb: str) -> None:
+    """Refuse ``WITH table AS (...) UPDATE table ...`` (or DELETE): the statement's target would be
+    the CTE, which DuckDB refuses (it can only change a base table); the rows query crr derives
+    from the statement would read the CTE in the table's place and change other rows."""
+    ctes = tree.args.get("with_")
+    for cte in ctes.expressions if ctes is not None and not target.db else []:
+        if fold_identifier(cte.alias) == fold_identifier(target.name):
+            action = "update" if verb == "UPDATE" else "delete from"
+            raise SqlError(f"the WITH clause names a CTE {cte.alias}, as the table this {verb} changes; DuckDB "
+                           f"can only {action} a base table: give the CTE another name")
 
 
 def _refuse(tree: exp.Expression, arg: str, what: str) -> None:
@@ -177,6 +190,7 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
     _refuse(tree, "returning", "UPDATE ... RETURNING")
     _refuse(tree, "order", "UPDATE ... ORDER BY")
     _refuse(tree, "limit", "UPDATE ... LIMIT")
+    _refuse_cte_named_like(tree, _target(tree), "UPDATE")
     names = [c for c, _ in columns]
     target = _target(tree).copy()
     qualifier = target.alias_or_name
@@ -184,6 +198,9 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
     for eq in tree.expressions:
         if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
             raise UnsupportedSqlError(f"UPDATE assignment {eq.sql(DIALECT)} is not supported; use SET col = expr")
+        if eq.this.table:
+            raise SqlError(f"qualified column names in UPDATE ... SET are not supported (DuckDB refuses them "
+                           f"too): write SET {eq.this.name} = ..., without {eq.this.table}.")
         col = eq.this.name
         if col not in names:
             raise SqlError(f"table {table} has no column {col} (columns: {', '.join(names)})")
@@ -229,6 +246,7 @@ def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) ->
     """Rows removed by ``DELETE FROM table [USING ...] [WHERE ...]``."""
     _refuse(tree, "returning", "DELETE ... RETURNING")
     _refuse(tree, "limit", "DELETE ... LIMIT")
+    _refuse_cte_named_like(tree, _target(tree), "DELETE")
     target = _target(tree).copy()
     qualifier = target.alias_or_name
     proj = [exp.alias_(exp.column(n, table=qualifier, quoted=True), f"c{i}", quoted=True)

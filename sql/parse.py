@@ -52,11 +52,17 @@ _QUIET = _CrrParsing()
 logging.getLogger("sqlglot").addFilter(_QUIET)
 
 
+def statements_of(trees: list[exp.Expression | None]) -> list[exp.Expression]:
+    """The statements among what ``sqlglot.parse`` returns: not the empty ones, nor the
+    ``Semicolon`` it gives a comment after the last ``;`` (``SELECT 1; -- done`` is one statement)."""
+    return [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]
+
+
 def parse_one(sql: str) -> exp.Expression:
     """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
     _QUIET.active.on = True
     try:
-        trees = [t for t in sqlglot.parse(sql, read=DIALECT) if t is not None]
+        trees = statements_of(sqlglot.parse(sql, read=DIALECT))
     except (ParseError, TokenError) as e:
         raise SqlError(f"cannot parse SQL: {_first_line(str(e))}{_near(e)}") from None
     except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import crr
-from tests.conftest import aug, plain_duckdb, sync
+from tests.conftest import app, aug, plain_duckdb, sync
 
 
 def test_dml_insert_update_delete_with_parameters(site):
@@ -37,6 +37,50 @@ def test_dml_led_by_with_reads_its_ctes(site, keyed: bool):
         site.execute("WITH x AS (SELECT 1 AS a) INSERT INTO t SELECT a, b FROM x")
     assert 'column "b" not found' in str(e.value) and "_crr" not in str(e.value), str(e.value)
     assert site.execute("SELECT * FROM t") == [(2, "z")]
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("view", ["SELECT a, b FROM t", "SELECT b, count(*) AS n FROM t GROUP BY b"])
+def test_a_cte_named_like_the_changed_table_is_refused_and_changes_nothing(site, keyed: bool, view: str):
+    """``WITH t AS (...) UPDATE t`` (or DELETE): DuckDB refuses a CTE as the target ("can only update
+    base table"). crr's rows query read the CTE in the table's place: the UPDATE added the CTE's rows
+    to the table (a keyed table held two rows of one key) and the DELETE removed the table's rows equal
+    to the CTE's (found by a probe). The point path (selection view) and the general one (aggregate
+    view, or named parameters) both refuse it now; qualified, the target is the table again."""
+    site.execute(f"CREATE REPLICATED TABLE t (a INT{' PRIMARY KEY' if keyed else ''}, b VARCHAR)")
+    site.execute(f"CREATE MATERIALIZED VIEW v AS {view}")
+    site.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
+    before = (app(site, "t"), app(site, "v"), site.cursor)
+    for sql, params in [("WITH t AS (SELECT 1 AS a, 'x' AS b) UPDATE t SET b = 'z'", None),
+                        ("WITH T AS (SELECT 5 AS a, 'q' AS b) UPDATE t SET b = ?", ["z"]),
+                        ("WITH t AS (SELECT 1 AS a, 'x' AS b) DELETE FROM t", None),
+                        ('WITH "T" AS (SELECT $a AS a, \'x\' AS b) DELETE FROM t WHERE a > 0', {"a": 1})]:
+        with pytest.raises(crr.SqlError, match="names a CTE t?T?, as the table this (UPDATE|DELETE) changes"):
+            site.execute(sql, params)
+        assert (app(site, "t"), app(site, "v"), site.cursor) == before, sql
+    assert site.execute("WITH t AS (SELECT 2 AS a) UPDATE main.t SET b = 'w' WHERE a IN (SELECT a FROM t)") == [(1,)]
+    assert app(site, "t") == [(1, "x"), (2, "w")]
+
+
+def test_a_qualified_column_in_update_set_is_refused_as_duckdb_does(site):
+    """DuckDB refuses ``SET t.b = ...`` ("Qualified column names in UPDATE .. SET not supported");
+    crr ignored the qualifier, even a table that does not exist (found by a probe)."""
+    site.execute("CREATE REPLICATED TABLE t (a INT PRIMARY KEY, b VARCHAR)")
+    site.execute("INSERT INTO t VALUES (1, 'x')")
+    for sql in ("UPDATE t SET t.b = 'z'", "UPDATE t SET nosuch.b = 'z'", "UPDATE t AS s SET s.b = 'z'"):
+        with pytest.raises(crr.SqlError, match="qualified column names in UPDATE ... SET are not supported"):
+            site.execute(sql)
+    assert app(site, "t") == [(1, "x")]
+
+
+def test_a_comment_after_the_last_semicolon_is_no_statement(site):
+    """sqlglot reads ``...; -- note`` as two statements, DuckDB as one (found by a probe)."""
+    site.execute("CREATE REPLICATED TABLE t (a INT)")
+    assert site.execute("INSERT INTO t VALUES (1); -- the first row") == [(1,)]
+    assert site.execute("UPDATE t SET a = 2; /* done */") == [(1,)]
+    assert site.execute("SELECT a FROM t; -- read it") == [(2,)]
+    with pytest.raises(crr.SqlError, match="expected one SQL statement, got 2"):
+        site.execute("SELECT 1; SELECT 2; -- two")
 
 
 @pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1, 'a', 'extra')", "INSERT INTO t (a) VALUES (2, 'lost')",

@@ -48,7 +48,7 @@ from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
 from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
-from crr.sql.parse import fold_identifier
+from crr.sql.parse import fold_identifier, statements_of
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
 from crr.sql.validate import check_relation_names
 from crr.types import Column, quote_ident, type_family
@@ -285,7 +285,7 @@ class SparkSite:
 
     def _query(self, sql: str) -> list[tuple]:
         try:
-            trees = [t for t in sqlglot.parse(sql, read="spark") if t is not None]
+            trees = statements_of(sqlglot.parse(sql, read="spark"))
         except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
             raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
         if len(trees) != 1:
