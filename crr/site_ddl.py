@@ -203,6 +203,7 @@ def _create_aug(state: SiteState, rel: Relation) -> None:
 
 def _add_relation(state: SiteState, rel: Relation) -> None:
     _create_aug(state, rel)
+    state.con.execute(CURSORS_FORGET_SQL, [rel.name])  # a peer's cursor of another relation of the name
     pos = state.con.execute(NEXT_POSITION_SQL).fetchall()[0][0]
     state.con.execute(relation_insert_sql(), relation_row(rel, pos))
 

@@ -70,9 +70,9 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
                 state.uncolocate(state.rels)
             batch = plan_merge(state.con, state.rels, cs, held, inputs, _skew(state))
             result = state.apply(batch) if held else BatchResult()
-            if track:
+            if track and held:  # the relations the site holds: one declared later starts at 0
                 state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since]
-                                                          for rc in cs.relations])
+                                                          for _, rc in held])
     finally:
         inputs.close(drop_tables=len(cs) > 10_000)
     return MergeResult(result, ignored)
@@ -99,9 +99,9 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
     if appends is None:
         return None
     then = list(appends)
-    if track:
-        then.append(("_crr_cursors", tracked_cursors_sql(len(cs.relations), NEW_TUPLES),
-                     [p for rc in cs.relations for p in (cs.source, rc.name, cs.cursor, cs.since)]))
+    if track:  # (held: the relations the site holds, as the general path records)
+        then.append(("_crr_cursors", tracked_cursors_sql(len(held), NEW_TUPLES),
+                     [p for _, rc in held for p in (cs.source, rc.name, cs.cursor, cs.since)]))
     try:
         with changeset_errors(), views_inside(bool(appends)):
             if rows is not None:

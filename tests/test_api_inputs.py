@@ -195,6 +195,37 @@ def test_a_dropped_relations_tracked_cursors_are_forgotten(site: crr.Site):
     assert peer.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
 
 
+@pytest.mark.parametrize("known", [False, True])  # rows new to the site (one statement), or known (general path)
+def test_a_tracked_merge_records_cursors_of_the_relations_the_site_holds_only(known: bool):
+    """A tracked merge recorded a cursor for every relation of the changeset, those it ignored too:
+    a relation declared later then resumed from that cursor and never received the rows before it
+    (found by a probe). A tracked changeset of no relations raised DuckDB's executemany error."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    a.execute("CREATE REPLICATED TABLE t (k INT, v INT)")
+    a.execute("CREATE REPLICATED TABLE u (k INT)")
+    a.execute("INSERT INTO t VALUES (1, 1)")
+    a.execute("INSERT INTO u VALUES (1)")
+    b.execute("CREATE REMOTE TABLE u (k INT)")
+    if known:
+        b.merge(a.changes())
+    assert b.merge(a.changes(), track=True).ignored == ["t"]
+    assert b.peer_cursor("a", "u") == a.cursor and b.peer_cursor("a", "t") == 0
+    b.execute("CREATE REMOTE TABLE t (k INT, v INT)")
+    b.merge(a.changes(since=b.peer_cursor("a", "t"), relations=["t"]), track=True)
+    assert b.execute("SELECT * FROM t") == [(1, 1)]
+    assert b.merge(crr.Site(site_id="c").changes(), track=True).ignored == []
+    assert b.merge(a.changes(relations=[]), track=True).ignored == []
+
+
+def test_a_relation_declared_forgets_cursors_kept_under_its_name():
+    """A site file written before the fix above may keep a peer's cursor of a relation it never held;
+    declaring a relation of that name starts it from 0."""
+    site = crr.Site(site_id="b")
+    site._con.execute("INSERT INTO _crr.cursors VALUES ('a', 'w', 5, now())")
+    site.execute("CREATE REMOTE TABLE w (k INT)")
+    assert site.peer_cursor("a", "w") == 0
+
+
 def test_interrupt_stops_a_running_statement_and_the_site_goes_on():
     """Site.interrupt (what crr serve calls when a control client leaves) from another thread."""
     import threading

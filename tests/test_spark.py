@@ -775,6 +775,14 @@ def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tm
     site.merge(src.changes(since=first), track=True)
     assert site.peer_cursor("src", "g") == src.cursor
     assert sorted(r["k"] for r in site.table("g").collect()) == [1, 2, 3]
+    # a relation the site does not hold gets no cursor, and one declared later starts from 0
+    src.execute("CREATE REPLICATED TABLE h (k INTEGER)")
+    src.execute("INSERT INTO h VALUES (7)")
+    site.merge(src.changes(), track=True)
+    assert site.peer_cursor("src", "h") == 0
+    site.execute("CREATE REMOTE TABLE h (k INTEGER)")
+    site.merge(src.changes(since=site.peer_cursor("src", "h"), relations=["h"]), track=True)
+    assert [r["k"] for r in site.table("h").collect()] == [7]
 
 
 def test_a_spark_site_shows_a_deleted_row_inserted_again(spark, tmp_path):

@@ -86,6 +86,12 @@ _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 _DECIMAL = re.compile(r"decimal\(\d+,\d+\)")
 
 
+def _forget_cursors(txn: Transaction, relation: str) -> None:
+    """Forget the peers' tracked cursors of ``relation`` (dropped, or declared: it starts at 0)."""
+    for cursors in txn.meta.get("cursors", {}).values():
+        cursors.pop(relation, None)
+
+
 def _check_frame_type(rel: Relation, column: Column, source: str, given: str) -> None:
     """Refuse (TypeMismatchError) a DataFrame column whose values Spark would convert to the declared
     type otherwise than a DuckDB site converts them (a DOUBLE into an INTEGER: Spark truncates, DuckDB
@@ -366,6 +372,7 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             for key, schema in relation_tables(rel).items():
                 txn.create(key, schema)
+            _forget_cursors(txn, rel.name)
             return None, catalog.with_(rel), False
         self._run(work)
         self._type_table(rel)
@@ -406,6 +413,7 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             for key, schema in relation_tables(rel).items():
                 txn.create(key, schema)
+            _forget_cursors(txn, rel.name)
             catalog = catalog.with_(*to_store, rel)
             m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
             try:
@@ -428,8 +436,7 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             for key in relation_tables(rel):
                 txn.drop(key)
-            for cursors in txn.meta.get("cursors", {}).values():  # declared again, the name starts at 0
-                cursors.pop(rel.name, None)
+            _forget_cursors(txn, rel.name)  # declared again, the name starts at 0
             # the entries of base relations nothing else here reads go too, as at a DuckDB site: a
             # relation declared again under the name would otherwise find its old rows' lengths
             gone = sorted(catalog.lineage(rel.name) - catalog.lineage_of_others(rel.name))
@@ -540,7 +547,7 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             if track:  # recorded in this transaction's metadata: committed with the merge or not at all
                 peer = txn.meta.setdefault("cursors", {}).setdefault(cs.source, {})
-                for rc in cs.relations:  # a changeset starting past the cursor leaves a gap: the cursor stays
+                for _, rc in held:  # a changeset starting past the cursor leaves a gap: the cursor stays
                     if cs.since <= peer.get(rc.name, 0):
                         peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
             if not held:
