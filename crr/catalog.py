@@ -484,9 +484,11 @@ parameters (definition id, name)."""
 STORED_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET stored = true WHERE name = ?"
 """Mark a remote source as keeping its tuples (a join over it is declared): parameter (name)."""
 
-APP_TABLE_EXISTS_SQL = ("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' "
-                        "AND lower(table_name) = ?")
-"""Whether the main schema has a table of that name, any case (parameter: the folded name)."""
+APP_TABLE_EXISTS_SQL = ("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND "
+                        "translate(table_name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') = ?")
+"""Whether the main schema has a table of that name, its ASCII letters in any case, as DuckDB compares
+names (``lower`` would fold ``É`` too: DuckDB holds ``"étab"`` and ``"Étab"`` apart); parameter: the
+folded name (:func:`crr.sql.parse.fold_identifier`)."""
 
 
 def relation_insert_sql() -> str:

@@ -68,6 +68,7 @@ import pyarrow.ipc as ipc
 
 from crr.arrow_build import int64_scalar
 from crr.errors import CatalogError, ChangesetError, CrrError
+from crr.sql.parse import fold_identifier
 from crr.types import quote_ident
 
 MAGIC = b"CRRCS"
@@ -252,9 +253,9 @@ class Changeset:
             if not isinstance(rc, RelationChanges):
                 raise ChangesetError(f"malformed changeset: a relation is a {_tname(rc)}")
             name = _name(rc.name, "relation name")
-            if name.lower() in seen:
+            if fold_identifier(name) in seen:  # as DuckDB compares names: ASCII letters folded
                 raise ChangesetError(f"malformed changeset: relation {quote_ident(name)} appears twice")
-            seen.add(name.lower())
+            seen.add(fold_identifier(name))
             _validate_relation(rc)
             lineage |= set(rc.lineage)
         if self.cl is not None:
@@ -658,7 +659,7 @@ def _columns(value: object, where: str) -> list[tuple[str, str]]:
 def _unique(names: list[str], what: str, fold: bool = True) -> None:
     seen: set[str] = set()
     for n in names:
-        k = n.lower() if fold else n
+        k = fold_identifier(n) if fold else n
         if k in seen:
             raise ChangesetError(f"malformed changeset: {what} {n!r} appears twice")
         seen.add(k)

@@ -151,3 +151,21 @@ def test_names_of_crrs_own_tables_are_refused(name: str) -> None:
         assert [row[2] for row in site.execute("SHOW ALL TABLES") if row[1] == "main"] == ["notes", "r"]
     finally:
         site.close()
+
+
+@pytest.mark.parametrize("order", [("étab", "Étab"), ("Étab", "étab")])
+def test_names_differing_in_a_non_ascii_letters_case_are_two_relations(order: tuple[str, str]) -> None:
+    """DuckDB folds ASCII letters only: ``"étab"`` and ``"Étab"`` are two tables. A changeset holding
+    both was refused as naming one relation twice (Python's ``lower``), and a site holding ``"Étab"``
+    refused to declare ``"étab"`` (DuckDB's ``lower``) (found by a probe). Columns likewise."""
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for site in (a, b):
+        for name in order:
+            site.execute(f'CREATE REPLICATED TABLE "{name}" ("é" INT, "É" INT)')
+    for i, name in enumerate(order):
+        a.execute(f'INSERT INTO "{name}" VALUES ({i}, {i + 10})')
+    b.merge(a.changes().to_bytes())
+    for i, name in enumerate(order):
+        assert b.execute(f'SELECT "é", "É" FROM "{name}"') == [(i, i + 10)]
+    with pytest.raises(crr.CatalogError, match="already exists"):
+        b.execute('CREATE REPLICATED TABLE "ÉTAB" (k INT)')  # DuckDB's "Étab"
