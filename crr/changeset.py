@@ -275,7 +275,7 @@ def changes_request(since: object, relations: object) -> tuple[int, list[str] | 
     since = 0 if since is None else since
     if isinstance(since, bool) or not isinstance(since, numbers.Integral) or not 0 <= since <= _MAX_INT:
         raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
-                             f"(site.cursor, or a changeset's .cursor), not {since!r}")
+                             f"(site.cursor, or a changeset's .cursor), not {_shown(since)}")
     if relations is None:
         return int(since), None
     given = list(relations) if hasattr(relations, "__iter__") and not isinstance(relations, (str, bytes)) else None
@@ -603,6 +603,12 @@ def _fb_field(buf: memoryview, table: tuple[int, int, int], slot: int) -> int | 
 
 
 # -- msgpack fields ------------------------------------------------------------------------------
+
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a Changeset's runs to pages)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... (a {type(value).__name__})"
+
 
 def _tname(value: object) -> str:
     return "nil" if value is None else type(value).__name__

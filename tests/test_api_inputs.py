@@ -162,6 +162,14 @@ def test_changes_refuses_what_is_no_cursor(site: crr.Site, since):
         site.changes(since=since)
 
 
+def test_a_changeset_given_as_a_cursor_is_named_not_printed(site: crr.Site):
+    """``changes(since=changeset)`` (not its ``.cursor``) printed the whole changeset, Arrow tables and
+    all, into the message (found by a probe)."""
+    with pytest.raises(crr.ChangesetError, match=r"not Changeset\(.*\.\.\. \(a Changeset\)$") as refused:
+        site.changes(since=site.changes())
+    assert len(str(refused.value)) < 300
+
+
 @pytest.mark.parametrize("relations", ["t", [1], 5, [b"t"]])
 def test_changes_refuses_what_is_no_list_of_names(site: crr.Site, relations):
     """A string was read one letter at a time; other values raised AttributeError or TypeError."""
