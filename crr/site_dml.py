@@ -72,7 +72,7 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
                  f"crr's SQL parser cannot read this statement (or reads it otherwise than DuckDB), which names "
                  f"{names}, so it may change {names} outside crr (if it is plain DML, write it more simply)")
                 + "; crr relations change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP "
-                "of crr DDL")
+                "of crr DDL" + _outside_hint(stmt, touched))
     if not stmt.read_only:
         state.user_functions = None  # it may define or drop a macro (see crr.site_ddl), even if it fails
     with translated_errors():
@@ -95,6 +95,24 @@ def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]
     name = names.index("name") if "name" in names else 0
     temporary = names.index("temporary") if "temporary" in names else None
     return [r for r in rows if not (is_reserved(r[name]) and (temporary is None or r[temporary]))]
+
+
+def _outside_hint(stmt: Other, touched: set[str]) -> str:
+    """What to write instead of a statement refused for changing crr relations outside crr, when its
+    form tells: a relation named with its database (crr reads that as another database's table), or
+    a schema change."""
+    if stmt.tree is None:
+        return ""
+    if isinstance(stmt.tree, exp.Alter):
+        return (" (a relation's columns do not change: declare a new relation, copy the rows into it with "
+                "INSERT ... SELECT, and DROP the old one)")
+    qualified = [t for t in stmt.tree.find_all(exp.Table) if (t.catalog or fold_identifier(t.db) not in ("", "main"))
+                 and fold_identifier(t.name) in touched]
+    if qualified:
+        t = qualified[0]
+        return (f" (to crr, {t.sql('duckdb')} names another database's table: name the site's relation "
+                f"{t.name} or main.{t.name})")
+    return ""
 
 
 def _check_parameter_count(stmt: Dml, params) -> None:
