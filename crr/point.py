@@ -62,7 +62,8 @@ from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
                        is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
-from crr.writes import disagreeing_entry_error, key_clash_error, merged_rows_error, null_error, repeated_key_error
+from crr.writes import (clashing_row_held_sql, disagreeing_entry_error, key_clash_error, merged_rows_error, null_error,
+                        repeated_key_error)
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
 # (a further statement of a one-statement write, run as a CTE after the write's own, is a
@@ -606,7 +607,8 @@ class PointWrite:
         _check_not_null(rel, news)
         stamp = 0
         if rel.key:
-            _check_keys(rel, news, freed={r.kh for r in olds}, updating=bool(olds))
+            _check_keys(rel, news, freed={r.kh for r in olds}, updating=bool(olds),
+                        held=lambda id_: bool(self._run(clashing_row_held_sql(rel), [id_])[0][0]))
             if len({r.kh for r in news}) < len({r.id for r in olds}):  # an UPDATE giving rows one key
                 raise merged_rows_error(rel)
             clock.observe(max((v[2] for r in news for v in r.versions), default=None))
@@ -686,12 +688,15 @@ def _check_not_null(rel: Relation, news: list[_Row]) -> None:
             raise null_error(rel, col, n)
 
 
-def _check_keys(rel: Relation, news: list[_Row], freed: set, updating: bool) -> None:
+def _check_keys(rel: Relation, news: list[_Row], freed: set, updating: bool,
+                held: Callable[[int], bool] = lambda _id: True) -> None:
     """Refuse two values for one key in the statement, or a key another visible version holds; for an
     UPDATE (``updating``) any visible version of a key it does not delete itself, one equal to the new
-    row too (a duplicate key in SQL: merging the two rows would lose one)."""
+    row too (a duplicate key in SQL: merging the two rows would lose one). ``held(id)``: whether the
+    table holds the values of the version clashing (asked only to word the error)."""
     if len({r.id for r in news}) > len({r.kh for r in news}):
         raise repeated_key_error(rel)
     for row in news:
-        if row.kh not in freed and any(vvis and (updating or vid != row.id) for vid, _, _, vvis, _ in row.versions):
-            raise key_clash_error(rel, row.values)
+        clashing = [vid for vid, _, _, vvis, _ in row.versions if vvis and (updating or vid != row.id)]
+        if row.kh not in freed and clashing:
+            raise key_clash_error(rel, row.values, held(clashing[0]))

@@ -152,9 +152,9 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     if merged and merged[0] > 0:
         raise merged_rows_error(rel)
     if clash:
-        row = con.execute(f"""SELECT {cols_sql(rel, 'w')} FROM {new} w
-                              JOIN _crr.cl c ON c.kh = w.kh AND {clash} LIMIT 1""").fetchall()[0]
-        raise key_clash_error(rel, row)
+        *row, other = con.execute(f"""SELECT {cols_sql(rel, 'w')}, c.id FROM {new} w
+                                      JOIN _crr.cl c ON c.kh = w.kh AND {clash} LIMIT 1""").fetchall()[0]
+        raise key_clash_error(rel, row, held=bool(_one(con, clashing_row_held_sql(rel), [other])[0]))
     return seen
 
 
@@ -188,9 +188,20 @@ def disagreeing_entry_error(rel: Relation) -> ChangesetError:
                           "Rebuild the site from a trusted peer (a fresh site merging the peer's changes())")
 
 
-def key_clash_error(rel: Relation, row: Sequence[Any]) -> ConstraintError:
-    """A written row (its values in column order) has the key of another visible row."""
+def key_clash_error(rel: Relation, row: Sequence[Any], held: bool = True) -> ConstraintError:
+    """A written row (its values in column order) has the key of another visible row; ``held``: whether
+    this site holds that row's values (it may know only its causal length, which a view's changes
+    bring with the view's rows, until the table's own changes are merged)."""
     key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
+    if not held:
+        return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} exists at another site; this "
+                               f"site has its causal length (the changes of a view over {rel.name} bring it) but not "
+                               f"yet its values: merge {rel.name}'s changes, then UPDATE the row (nothing was written)")
     return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists; an INSERT of "
                            "other values for it is an UPDATE of that row, an UPDATE must not give a row the key "
                            "of another it leaves (nothing was written)")
+
+
+def clashing_row_held_sql(rel: Relation) -> str:
+    """Whether the table's AUG tuples hold a row (parameter: its id): asked only to word a key clash."""
+    return f"SELECT count(*) FROM {rel.aug('t')} WHERE id = ?::UHUGEINT"
