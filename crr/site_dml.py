@@ -168,7 +168,10 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
         rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)
     try:
         return _run_rows(state, stmt, rel, rq, params)
-    except SqlError as e:
+    except (SqlError, TypeMismatchError) as e:
+        worded = rq.internal_names_named(str(e))
+        if worded != str(e):
+            raise type(e)(worded) from None
         if rq.width_checked and _SET_WIDTH in str(e):
             named = [c.name for c in stmt.tree.this.expressions] if isinstance(stmt.tree.this, exp.Schema) \
                 else rel.column_names

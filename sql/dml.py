@@ -9,6 +9,7 @@ statement's parameters unchanged.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -41,6 +42,19 @@ class RowQueries:
     # an INSERT whose source's width the text does not tell: ``new`` makes DuckDB's binder refuse a
     # source of another width, with its message about set operations (see :func:`insert_rows`)
     width_checked: bool = False
+    # an UPDATE: the columns it SETs, in the order of its ``_crr_set_<i>`` values (see
+    # :func:`internal_names_named`)
+    set_columns: tuple[str, ...] = ()
+
+    def internal_names_named(self, message: str) -> str:
+        """A database error's ``message`` about a rows query of this statement, naming a SET value by
+        its column ("when casting the value of SET n") rather than by crr's name for it (DuckDB: "when
+        casting from source column _crr_set_0")."""
+        return _SET_VALUE.sub(lambda m: f"the value of SET {self.set_columns[int(m.group(1))]}", message) \
+            if self.set_columns else message
+
+
+_SET_VALUE = re.compile(r'from source column "?_crr_set_(\d+)"?')
 
 
 def _q(name: str) -> exp.Identifier:
@@ -239,7 +253,7 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         # DuckDB does (each match was a new row of its own: an unkeyed row became several)
         query = query.distinct(*[exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))])
     sql = _with_ctes(tree, query).sql(DIALECT)
-    return RowQueries(old=sql, new=sql)
+    return RowQueries(old=sql, new=sql, set_columns=tuple(set_cols))
 
 
 def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) -> RowQueries:

@@ -450,3 +450,16 @@ def test_clear_messages_for_default_in_values_and_a_remote_source_read_by_dml(si
     assert site.execute("WITH src AS (SELECT 1 AS k, 'a' AS v) INSERT INTO t SELECT k, v FROM src") == [(1,)]
     assert site.execute("INSERT INTO t VALUES (2, 'default')") == [(1,)]
     assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "default")]
+
+
+def test_a_failing_set_value_is_named_by_its_column_not_crrs_name(site):
+    """DuckDB's conversion errors name the column they cast from: in crr's rows query of an UPDATE
+    that was ``_crr_set_0`` (found by a probe); the message names the SET column now."""
+    site.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, n INT, v VARCHAR)")
+    site.execute("INSERT INTO k VALUES (1, 2, 'x')")
+    for sql, column in [("UPDATE k SET n = 'abc'", "n"), ("UPDATE k SET v = 'a', n = v", "n"),
+                        ("UPDATE k SET n = n / 0", "n")]:
+        with pytest.raises(crr.TypeMismatchError, match=f"when casting the value of SET {column}$") as refused:
+            site.execute(sql)
+        assert "_crr" not in str(refused.value)
+    assert app(site, "k") == [(1, 2, "x")]
