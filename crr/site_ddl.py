@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import duckdb
 from sqlglot import exp
 
 from crr import colocated, replica
@@ -21,7 +22,7 @@ from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELET
                          Relation, aug_ddl, describe_query_sql, drop_ddl, relation_insert_sql, relation_row,
                          kind_text, stand_in_drop_sql, stand_in_view_sql)
 from crr.causal import relation_entries_delete_sql
-from crr.errors import CatalogError, UnsupportedSqlError
+from crr.errors import CatalogError, SqlError, UnsupportedSqlError
 from crr.maintain import view_errors
 from crr.merge import CURSORS_FORGET_SQL
 from crr.site_dml import run_other
@@ -95,7 +96,10 @@ def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
     with state.transaction():
         create, describe, drop = type_probe_sql([(c.name, c.type_sql) for c in stmt.columns])
         with translated_errors():
-            state.con.execute(create)
+            try:
+                state.con.execute(create)
+            except (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException) as e:
+                raise _column_type_error(stmt, e) from None
         described = state.con.execute(describe).fetchall()
         state.con.execute(drop)
         columns = [Column(r[0], r[1]) for r in described]
@@ -109,6 +113,13 @@ def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
         _add_relation(state, rel)
         state.stage(state.rels.with_(rel))
     return []
+
+
+def _column_type_error(stmt: CreateTable, error: duckdb.Error) -> SqlError:
+    """A column type DuckDB refused (``SERIAL``, a misspelt name), said of the statement given, not of
+    the table crr typed the columns with (:func:`crr.types.type_probe_sql`), whose text DuckDB quotes."""
+    said = " ".join(str(error).strip().split("\n\nLINE")[0].split())
+    return SqlError(f"CREATE {kind_text(stmt.kind).upper()} {stmt.name}: {said}")
 
 
 def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:

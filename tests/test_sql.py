@@ -405,6 +405,18 @@ def test_bad_ddl_gets_a_clear_error_and_changes_nothing(site, ddl, error):
     assert site.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'") == [(0,)]
 
 
+@pytest.mark.parametrize("ddl, said", [
+    ("CREATE REPLICATED TABLE t (a SERIAL)", 'CREATE REPLICATED TABLE t: Catalog Error: Type with name SERIAL does not exist!'),
+    ("CREATE REMOTE TABLE r (a INT, b DECIMAL(50, 2))", "CREATE REMOTE TABLE r: Binder Error: DECIMAL type width"),
+])
+def test_a_column_type_duckdb_refuses_is_said_of_the_statement_given(site, ddl, said):
+    """DuckDB's error quoted the table crr types the columns with (``CREATE TEMP TABLE _crr_probe``),
+    not the statement given (found by a probe)."""
+    with pytest.raises(crr.SqlError) as refused:
+        site.execute(ddl)
+    assert str(refused.value).startswith(said) and "_crr" not in str(refused.value), str(refused.value)
+
+
 def test_wrong_value_types_are_refused_without_change(site):
     site.execute("CREATE REPLICATED TABLE t (a INT, d DATE)")
     site.execute("INSERT INTO t VALUES (1, DATE '2024-01-01')")
