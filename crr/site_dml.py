@@ -40,6 +40,7 @@ from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, P
                        added_values_sql, flips_values_sql, param_texts)
 from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
 from crr.sql import dml
+from crr.sql.parse import STATEMENT_END
 from crr.sql.statements import RESERVED_PREFIX, Dml, DmlKind, Other, RelationKind, fold_identifier, is_reserved
 from crr.writes import prepare_update, prepare_write
 
@@ -86,7 +87,7 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     return rows
 
 
-_SHOW_TABLES = re.compile(r"^\s*show\s+(all\s+)?tables\s*;?\s*$", re.I)
+_SHOW_TABLES = re.compile(r"^\s*show\s+(all\s+)?tables" + STATEMENT_END, re.I | re.S)
 
 
 def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]:

@@ -50,11 +50,14 @@ class RowQueries:
         """A database error's ``message`` about a rows query of this statement, naming a SET value by
         its column ("when casting the value of SET n") rather than by crr's name for it (DuckDB: "when
         casting from source column _crr_set_0")."""
-        return _SET_VALUE.sub(lambda m: f"the value of SET {self.set_columns[int(m.group(1))]}", message) \
-            if self.set_columns else message
+        found = _SET_VALUE.search(message) if self.set_columns else None
+        if found is None or int(found.group(1)) >= len(self.set_columns):
+            return message
+        return f"{message[:found.start()]}the value of SET {self.set_columns[int(found.group(1))]}"
 
 
-_SET_VALUE = re.compile(r'from source column "?_crr_set_(\d+)"?')
+# the end of DuckDB's conversion error (the message quotes the value before it, which may hold any text)
+_SET_VALUE = re.compile(r'from source column "?_crr_set_(\d+)"?\s*$')
 
 
 def _q(name: str) -> exp.Identifier:

@@ -19,6 +19,11 @@ from crr.errors import SqlError
 DIALECT = "duckdb"
 """The sqlglot dialect crr reads and writes SQL in."""
 
+_BLANK = r"(?:\s|--[^\n]*|/\*.*?\*/)*"
+STATEMENT_END = _BLANK + ";?" + _BLANK + "$"
+"""A pattern of the end of one statement: an optional semicolon, spaces and comments around it (as
+DuckDB reads ``DROP TABLE t; -- done``); compile with ``re.S`` so a ``/* */`` comment spans lines."""
+
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 

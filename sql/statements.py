@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from crr.errors import SqlError, UnsupportedSqlError
 from crr.sql.guard import Effects, is_plain_dml, statement_effects
-from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one
+from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_name, parse_one
 
 __all__ = [
     "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
@@ -30,8 +30,8 @@ _CREATE_VIEW = re.compile(r"^\s*create\s+(or\s+replace\s+)?materialized\s+view\s
 _VIEW_QUERY = re.compile(r"\bas\s+((\(\s*)*(select|with|from|values)\b)", re.I)
 _DROP = re.compile(
     r"^\s*drop\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view|table|view)\s+"
-    r"(if\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)\s*;?\s*$",
-    re.I,
+    r"(if\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)" + STATEMENT_END,
+    re.I | re.S,
 )
 
 

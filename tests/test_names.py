@@ -148,7 +148,8 @@ def test_names_of_crrs_own_tables_are_refused(name: str) -> None:
         # and SHOW TABLES lists the app's tables, not crr's temporary ones
         site.execute("CREATE TABLE notes (n INTEGER)")
         assert site.execute("SHOW TABLES") == [("notes",), ("r",)]
-        assert [row[2] for row in site.execute("SHOW ALL TABLES") if row[1] == "main"] == ["notes", "r"]
+        for show in ("SHOW ALL TABLES", "SHOW ALL TABLES; -- with a comment", "SHOW ALL TABLES /* one */"):
+            assert [row[2] for row in site.execute(show) if row[1] == "main"] == ["notes", "r"], show
     finally:
         site.close()
 

@@ -81,6 +81,11 @@ def test_a_comment_after_the_last_semicolon_is_no_statement(site):
     assert site.execute("SELECT a FROM t; -- read it") == [(2,)]
     with pytest.raises(crr.SqlError, match="expected one SQL statement, got 2"):
         site.execute("SELECT 1; SELECT 2; -- two")
+    site.execute("CREATE MATERIALIZED VIEW w AS SELECT a FROM t")
+    site.execute("CREATE REMOTE TABLE x (k INT)")
+    for drop in ("DROP MATERIALIZED VIEW w; -- gone", "DROP REMOTE TABLE x /* a\n comment */ ;", "DROP TABLE t -- gone"):
+        assert site.execute(drop) == [], drop  # crr's DROP, not refused as a change outside crr
+    assert site.relations() == {}
 
 
 @pytest.mark.parametrize("sql", ["INSERT INTO t VALUES (1, 'a', 'extra')", "INSERT INTO t (a) VALUES (2, 'lost')",
@@ -474,4 +479,7 @@ def test_a_failing_set_value_is_named_by_its_column_not_crrs_name(site):
         with pytest.raises(crr.TypeMismatchError, match=f"when casting the value of SET {column}$") as refused:
             site.execute(sql)
         assert "_crr" not in str(refused.value)
+    for value in ("from source column _crr_set_7", "from source column _crr_set_0"):  # the value is quoted as given
+        with pytest.raises(crr.TypeMismatchError, match=f"convert string '{value}' to INT32 when casting the value of SET n$"):
+            site.execute("UPDATE k SET n = ?", [value])
     assert app(site, "k") == [(1, 2, "x")]
