@@ -73,7 +73,7 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
                  f"crr's SQL parser cannot read this statement (or reads it otherwise than DuckDB), which names "
                  f"{names}, so it may change {names} outside crr (if it is plain DML, write it more simply)")
                 + "; crr relations change only through INSERT/UPDATE/DELETE on replicated tables and CREATE/DROP "
-                "of crr DDL" + _outside_hint(stmt, touched))
+                "of crr DDL" + _outside_hint(state, stmt, touched))
     if not stmt.read_only:
         state.user_functions = None  # it may define or drop a macro (see crr.site_ddl), even if it fails
     with translated_errors():
@@ -87,6 +87,9 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     return rows
 
 
+CURRENT_DATABASE_SQL = "SELECT current_database()"
+"""The name of the site's database (its file's stem; ``memory`` in memory)."""
+
 _SHOW_TABLES = re.compile(r"^\s*show\s+(all\s+)?tables" + STATEMENT_END, re.I | re.S)
 
 
@@ -98,21 +101,26 @@ def _without_crr_temp_tables(rows: list[tuple], names: list[str]) -> list[tuple]
     return [r for r in rows if not (is_reserved(r[name]) and (temporary is None or r[temporary]))]
 
 
-def _outside_hint(stmt: Other, touched: set[str]) -> str:
+def _outside_hint(state: SiteState, stmt: Other, touched: set[str]) -> str:
     """What to write instead of a statement refused for changing crr relations outside crr, when its
-    form tells: a relation named with its database (crr reads that as another database's table), or
-    a schema change."""
+    form tells: the site's relation named with the site's database (which crr reads as another
+    database's table), another database's or schema's table named like a relation, or a schema change."""
     if stmt.tree is None:
         return ""
+    own = fold_identifier(state.con.execute(CURRENT_DATABASE_SQL).fetchall()[0][0])
+    named = [t for t in stmt.tree.find_all(exp.Table) if fold_identifier(t.name) in touched]
+    elsewhere = [t for t in named if t.catalog and fold_identifier(t.catalog) != own
+                 or fold_identifier(t.db) not in ("", "main", own)]
+    if elsewhere:
+        return (f" (crr refuses a write naming {elsewhere[0].sql('duckdb')} as it would one to its relation "
+                f"{elsewhere[0].name}: change another database's or schema's table through a connection of your own)")
     if isinstance(stmt.tree, exp.Alter):
         return (" (a relation's columns do not change: declare a new relation, copy the rows into it with "
                 "INSERT ... SELECT, and DROP the old one)")
-    qualified = [t for t in stmt.tree.find_all(exp.Table) if (t.catalog or fold_identifier(t.db) not in ("", "main"))
-                 and fold_identifier(t.name) in touched]
+    qualified = [t for t in named if t.catalog or t.db and fold_identifier(t.db) != "main"]
     if qualified:
         t = qualified[0]
-        return (f" (to crr, {t.sql('duckdb')} names another database's table: name the site's relation "
-                f"{t.name} or main.{t.name})")
+        return f" (name the site's relation {t.name} or main.{t.name}, not {t.sql('duckdb')})"
     return ""
 
 

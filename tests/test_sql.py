@@ -130,10 +130,15 @@ def test_dml_on_a_table_of_another_database_is_not_a_write_to_the_replicated_one
     site.execute("CREATE REPLICATED TABLE t (a INT PRIMARY KEY, b VARCHAR)")
     site.execute("INSERT INTO t VALUES (1, 'main')")
     site.execute(f"ATTACH '{other}' AS o")
-    for sql in ("INSERT INTO o.t VALUES (2, 'o')", "UPDATE o.t SET b = 'o' WHERE a = 1", "DELETE FROM o.main.t"):
-        # (the message says how to name the site's relation: a probe read it as refusing t itself)
-        with pytest.raises(crr.UnsupportedSqlError, match=r"names another database's table: name the site's "
-                                                          r"relation t or main\.t\)$"):
+    for sql in ("INSERT INTO o.t VALUES (2, 'o')", "UPDATE o.t SET b = 'o' WHERE a = 1", "DELETE FROM o.main.t",
+                "ALTER TABLE o.t ADD COLUMN c INT"):
+        with pytest.raises(crr.UnsupportedSqlError, match=r"crr refuses a write naming o\.(main\.)?t as it would one "
+                                                          r"to its relation t: change another database's"):
+            site.execute(sql)
+    # the site's own database named: the message says how to name the relation (a probe read the
+    # refusal as one of t itself), and a schema change what to do instead
+    for sql in ("INSERT INTO memory.main.t VALUES (2, 'm')", "DELETE FROM MEMORY.t"):
+        with pytest.raises(crr.UnsupportedSqlError, match=r"\(name the site's relation t or main\.t, not"):
             site.execute(sql)
     with pytest.raises(crr.UnsupportedSqlError, match="a relation's columns do not change: declare a new relation"):
         site.execute("ALTER TABLE t ADD COLUMN c INT")
