@@ -37,6 +37,7 @@ from sqlglot import exp
 from crr.arrow_result import arrow_rows
 from crr.errors import SqlError
 from crr.types import quote_ident
+from crr.sql.compile import unaliased_names
 from crr.sql.statements import DIALECT
 from crr.sql.validate import NON_DETERMINISTIC, check_table, function_name, refuse
 
@@ -146,9 +147,10 @@ def _is_aggregate_call(node: exp.Expression) -> bool:
 
 
 def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[str], Columns | None],
-                      describe: Callable[[str], Columns]) -> AggregateSpec:
+                      describe: Callable[[str], Columns], written: str | None = None) -> AggregateSpec:
     """Validate an aggregate view query and split it into its core and its aggregate (the APP
-    table's columns are named and typed as DuckDB evaluates the query)."""
+    table's columns are named and typed as DuckDB evaluates the query; named after ``written``, the
+    query's text as the application wrote it, when DuckDB reads it alone)."""
     for arg, construct in (("order", "ORDER BY"), ("limit", "LIMIT"), ("offset", "OFFSET"),
                            ("qualify", "QUALIFY"), ("windows", "WINDOW clauses")):
         if query.args.get(arg):
@@ -337,7 +339,8 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
         if all(p is not None for p in positions):
             key_outputs = tuple(p for p in positions if p is not None)
     app_columns = describe(query.sql(DIALECT))
-    names = [n for n, _ in app_columns]
+    names = unaliased_names(written, query, len(app_columns), describe) or [n for n, _ in app_columns]
+    app_columns = [(n, t) for n, (_, t) in zip(names, app_columns)]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SqlError(f"view {name} has several output columns named {', '.join(dupes)}; "

@@ -42,9 +42,10 @@ def compile_definition(state: SiteState, name: str, sql: str) -> tuple[Any, Aggr
     return compile_tree(state, name, parse_one(sql))
 
 
-def compile_tree(state: SiteState, name: str, tree) -> tuple[Any, AggregateSpec | None]:
+def compile_tree(state: SiteState, name: str, tree, written: str | None = None) -> tuple[Any, AggregateSpec | None]:
     """Compile a view query: its delta plan, and for an aggregate view its spec (the plan is then
-    its core's; see :mod:`crr.aggregate`)."""
+    its core's; see :mod:`crr.aggregate`). ``written``: the query's text as the application wrote it,
+    after which DuckDB names unaliased columns (:func:`crr.sql.compile.unaliased_names`)."""
     def columns(r: str):
         rel = state.rels.get(r)
         if rel is not None and rel.aggregate is not None:
@@ -65,9 +66,9 @@ def compile_tree(state: SiteState, name: str, tree) -> tuple[Any, AggregateSpec 
                 state.con.execute(stand_in_drop_sql(r))
 
     if is_aggregate(tree):
-        spec = analyse_aggregate(name, tree, columns, describe)
+        spec = analyse_aggregate(name, tree, columns, describe, written)
         return compile_view(name, spec.core, columns, describe), spec
-    return compile_view(name, tree, columns, describe), None
+    return compile_view(name, tree, columns, describe, written), None
 
 
 def _check_no_user_functions(state: SiteState, query) -> None:
@@ -127,7 +128,7 @@ def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:
     if _name_taken(state, stmt.name, stmt.if_not_exists):
         return []
     check_relation_names(stmt.query)
-    plan, spec = compile_tree(state, stmt.name, stmt.query)
+    plan, spec = compile_tree(state, stmt.name, stmt.query, stmt.written)
     _check_no_user_functions(state, stmt.query)
     columns = [Column(n, t) for n, t in plan.columns]
     for c in columns:

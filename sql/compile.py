@@ -62,7 +62,7 @@ from typing import Callable
 
 from sqlglot import exp
 
-from crr.errors import CatalogError, SqlError
+from crr.errors import CatalogError, CrrError, SqlError
 from crr.sql.statements import DIALECT
 from crr.sql.validate import validate_view_query
 
@@ -359,11 +359,13 @@ def flatten_union(query: exp.Expression) -> list[exp.Select]:
 
 
 def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[str], Columns | None],
-                 describe: Callable[[str], Columns]) -> ViewPlan:
+                 describe: Callable[[str], Columns], written: str | None = None) -> ViewPlan:
     """Validate and compile ``CREATE MATERIALIZED VIEW name AS query``.
 
     ``relation_columns(r)`` returns the columns of crr relation ``r`` at this site (None if there
-    is no such relation); ``describe(sql)`` returns the output columns DuckDB derives for a query.
+    is no such relation); ``describe(sql)`` returns the output columns DuckDB derives for a query;
+    ``written``, the query's text as the application wrote it, names unaliased columns as DuckDB
+    names them (see :func:`unaliased_names`).
     """
     validate_view_query(query)
     branches = [_normalise(s, relation_columns) for s in flatten_union(query)]
@@ -373,7 +375,8 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
     # Output names: explicit aliases, column names, or DuckDB's own naming of the first branch.
     explicit = list(branches[0].names)
     if any(n is None for n in explicit):
-        described = _unaliased_names(flatten_union(query)[0], branches[0], explicit, describe)
+        described = unaliased_names(written, flatten_union(query)[0], len(explicit), describe) or \
+            _normalised_names(branches[0], explicit, describe)
         explicit = [n or described[i] for i, n in enumerate(explicit)]
     names = [str(n) for n in explicit]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -394,18 +397,29 @@ def compile_view(name: str, query: exp.Expression, relation_columns: Callable[[s
     return plan
 
 
-def _unaliased_names(written: exp.Select, branch: Branch, explicit: list[str | None],
-                     describe: Callable[[str], Columns]) -> list[str]:
-    """DuckDB's names of the first branch's output columns, for those without an explicit name.
+def unaliased_names(written: str | None, first: exp.Expression, width: int,
+                    describe: Callable[[str], Columns]) -> list[str] | None:
+    """DuckDB's names of a query's ``width`` output columns, or None when it cannot say.
 
-    DuckDB names an unaliased expression after its text as written (``SELECT a + 1 FROM t`` gives
-    ``(a + 1)``), so the branch as the application wrote it is described, not its normalised form,
-    whose columns are qualified (``(t.a + 1)``). When DuckDB derives another number of columns for
-    it than the branch has, the normalised form is described instead.
+    DuckDB names an unaliased expression after its text as written (``SELECT A::VARCHAR`` gives
+    ``CAST(A AS VARCHAR)``, ``a IS NOT NULL`` gives ``(a IS NOT NULL)``), so the query's text as the
+    application wrote it (``written``) is described; without it, or when DuckDB cannot read it alone,
+    the first branch as sqlglot writes it (``first``; ``(a IS NOT NULL)`` comes out as
+    ``(NOT (a IS NULL))`` then), unqualified.
     """
-    names = [name for name, _ in describe(written.sql(DIALECT))]
-    if len(names) == len(explicit):
-        return names
+    for sql in ([written] if written else []) + [first.sql(DIALECT)]:
+        try:
+            names = [n for n, _ in describe(sql)]
+        except CrrError:
+            continue
+        if len(names) == width:
+            return names
+    return None
+
+
+def _normalised_names(branch: "Branch", explicit: list[str | None], describe: Callable[[str], Columns]) -> list[str]:
+    """DuckDB's names of the first branch's columns from its normalised form (columns qualified):
+    when the branch as written cannot be described alone."""
     probe = branch.select([n or f"_crr_col{i}" for i, n in enumerate(explicit)], None,
                           lambda j: table_ref(branch.occurrences[j].relation), with_ids=False)
     for proj, n in zip(probe.expressions, explicit):

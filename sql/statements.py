@@ -80,6 +80,7 @@ class CreateView:
     query: exp.Expression
     sql: str
     if_not_exists: bool = False
+    written: str | None = None  # the query's text as the statement has it (DuckDB names columns after it)
 
 
 @dataclass
@@ -302,4 +303,17 @@ def _create_view(sql: str) -> CreateView:
     check_not_reserved(target.name)
     query = tree.expression
     return CreateView(name=target.name, query=query, sql=query.sql(DIALECT),
-                      if_not_exists=bool(tree.args.get("exists")))
+                      if_not_exists=bool(tree.args.get("exists")), written=_written_query(body, query))
+
+
+def _written_query(body: str, query: exp.Expression) -> str | None:
+    """The text of ``query`` as ``body`` (a CREATE VIEW statement) has it, without a trailing semicolon
+    or comments; None when the text found there does not parse to ``query``."""
+    found = _VIEW_QUERY.search(body)
+    if found is None:
+        return None
+    text = re.sub(STATEMENT_END, "", body[found.start(1):], count=1, flags=re.S)
+    try:
+        return text if parse_one(text) == query else None
+    except SqlError:
+        return None

@@ -378,7 +378,8 @@ class SparkSite:
         self._type_table(rel)
         return []
 
-    def _compile(self, name: str, tree: exp.Expression, catalog: Catalog, refuse: bool = True):
+    def _compile(self, name: str, tree: exp.Expression, catalog: Catalog, refuse: bool = True,
+                 written: str | None = None):
         """The view's plan, from its query as a Spark site computes it (:mod:`crr.spark.expressions`):
         expressions Spark computes otherwise are rewritten, or refused unless ``refuse`` is false (a
         view stored before the checks, compiled again as its site opens)."""
@@ -391,7 +392,7 @@ class SparkSite:
                 return [(r[0], r[1]) for r in self._typer.execute(f"DESCRIBE {sql}").fetchall()]
             except duckdb.Error as e:
                 raise SqlError(f"invalid view query: {str(e).splitlines()[0]}") from None
-        plan = compile_view(name, tree, columns, describe)  # the query's own errors first
+        plan = compile_view(name, tree, columns, describe, written)  # the query's own errors first
         spark_tree = spark_view_query(name, tree, describe, refuse, columns=plan.columns)
         return plan if spark_tree is tree else compile_view(name, spark_tree, columns, describe)
 
@@ -402,7 +403,7 @@ class SparkSite:
             raise UnsupportedSqlError(f"view {stmt.name}: aggregate views are not supported on a Spark site yet; "
                                       "declare the aggregate at a DuckDB site")
         check_relation_names(stmt.query)
-        plan = self._compile(stmt.name, stmt.query, self._catalog)
+        plan = self._compile(stmt.name, stmt.query, self._catalog, written=stmt.written)
         columns = [Column(n, t) for n, t in plan.columns]
         for c in columns:
             type_family(c.type)
