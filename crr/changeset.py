@@ -275,12 +275,12 @@ def changes_request(since: object, relations: object) -> tuple[int, list[str] | 
     since = 0 if since is None else since
     if isinstance(since, bool) or not isinstance(since, numbers.Integral) or not 0 <= since <= _MAX_INT:
         raise ChangesetError(f"changes(since=...) takes a cursor, an int from 0 (the full state) to 2**63 - 1 "
-                             f"(site.cursor, or a changeset's .cursor), not {_shown(since)}")
+                             f"(site.cursor, or a changeset's .cursor), not {shown(since)}")
     if relations is None:
         return int(since), None
     given = list(relations) if hasattr(relations, "__iter__") and not isinstance(relations, (str, bytes)) else None
     if given is None or not all(isinstance(r, str) for r in given):
-        raise CatalogError(f"changes(relations=...) takes a list of relation names, not {relations!r}")
+        raise CatalogError(f"changes(relations=...) takes a list of relation names, not {shown(relations)}")
     return int(since), given
 
 
@@ -604,8 +604,8 @@ def _fb_field(buf: memoryview, table: tuple[int, int, int], slot: int) -> int | 
 
 # -- msgpack fields ------------------------------------------------------------------------------
 
-def _shown(value: object, limit: int = 80) -> str:
-    """``repr(value)`` for a message, cut to ``limit`` characters (a Changeset's runs to pages)."""
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters (a Changeset's runs to pages)."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... (a {type(value).__name__})"
 

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from crr.arrow_build import int64_scalar, strings
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, TABLE_DEFINITION, Catalog, Relation
-from crr.changeset import ChangeKind, Changeset, RelationChanges
+from crr.changeset import ChangeKind, Changeset, RelationChanges, shown
 from crr.errors import CatalogError, ChangesetError, SchemaMismatchError
 from crr.id_sets import all_in, id_storage, index_in
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
@@ -156,7 +156,7 @@ def _copy_of_replicated(rel: Relation, rc: RelationChanges) -> bool:
 def check_schema(rel: Relation, rc: RelationChanges) -> None:
     """Refuse (SchemaMismatchError) a relation's changes whose schema differs from the local declaration.
     Names compare as DuckDB compares them (a view's column keeps DuckDB's name for its expression,
-    ``CAST(t.f AS INTEGER)``, which a remote table declared elsewhere stores folded)."""
+    ``CAST(f AS INTEGER)``, which a remote table declared elsewhere stores folded)."""
     local = [(fold_identifier(c.name), c.type) for c in rel.columns]
     if [(fold_identifier(n), t) for n, t in rc.columns] != local:
         raise SchemaMismatchError(
@@ -312,7 +312,7 @@ def check_peer_cursor_args(peer: object, relation: object) -> None:
     """:class:`CatalogError` unless ``peer_cursor``'s arguments are a site id and a relation name (strings)."""
     if not isinstance(peer, str) or not isinstance(relation, str):
         raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
-                           f"{peer!r} and {relation!r}")
+                           f"{shown(peer)} and {shown(relation)}")
 
 
 def allowed_skew(max_clock_skew: float, clock_last: int) -> float:

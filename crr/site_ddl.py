@@ -99,7 +99,8 @@ def create_table(state: SiteState, stmt: CreateTable) -> list[tuple]:
         with translated_errors():
             try:
                 state.con.execute(create)
-            except (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException) as e:
+            except (duckdb.CatalogException, duckdb.BinderException, duckdb.ParserException,
+                    duckdb.InvalidInputException) as e:
                 raise _column_type_error(stmt, e) from None
         described = state.con.execute(describe).fetchall()
         state.con.execute(drop)

@@ -216,8 +216,9 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
             raise UnsupportedSqlError(f"UPDATE assignment {eq.sql(DIALECT)} is not supported; use SET col = expr")
         if eq.this.table:
+            qualifier = ".".join(part for part in (eq.this.catalog, eq.this.db, eq.this.table) if part)
             raise SqlError(f"qualified column names in UPDATE ... SET are not supported (DuckDB refuses them "
-                           f"too): write SET {eq.this.name} = ..., without {eq.this.table}.")
+                           f"too): write SET {eq.this.name} = ..., without {qualifier}.")
         col = eq.this.name
         if col not in names:
             raise SqlError(f"table {table} has no column {col} (columns: {', '.join(names)})")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from crr.cli import UsageError, describe_os_error, one_line
 from crr.errors import CrrError, SiteError
+from crr.sql.parse import fold_identifier
 
 if TYPE_CHECKING:
     from crr.site import Site
@@ -67,7 +68,7 @@ def peer_address(text: str) -> tuple[str, int]:
 def allow_rule(text: str) -> tuple[str, set[str]]:
     """One ``--allow SITE=REL[,REL...]``: a peer site id and the relations it may write here."""
     site, sep, rels = text.partition("=")
-    names = [r.strip().lower() for r in rels.split(",")]
+    names = [fold_identifier(r.strip()) for r in rels.split(",")]  # as DuckDB and the catalog fold names
     if not sep or not site.strip() or not any(names):
         raise argparse.ArgumentTypeError(
             f"expected SITE=REL[,REL...] (a peer's site id, then the relations it may write here, "

@@ -168,6 +168,10 @@ def test_a_changeset_given_as_a_cursor_is_named_not_printed(site: crr.Site):
     with pytest.raises(crr.ChangesetError, match=r"not Changeset\(.*\.\.\. \(a Changeset\)$") as refused:
         site.changes(since=site.changes())
     assert len(str(refused.value)) < 300
+    for call in (lambda: site.changes(relations=site.changes()), lambda: site.peer_cursor(site.changes(), "t")):
+        with pytest.raises(crr.CatalogError, match=r"\.\.\. \(a Changeset\)") as refused:
+            call()
+        assert len(str(refused.value)) < 400
 
 
 @pytest.mark.parametrize("relations", ["t", [1], 5, [b"t"]])

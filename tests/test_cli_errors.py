@@ -160,6 +160,13 @@ def test_allow_is_validated(tmp_path: Path, secret_file: str, bad: str) -> None:
     refused(crr(*serve_args(tmp_path, secret_file, "--allow", bad)), USAGE, "--allow", "SITE=REL[,REL...]")
 
 
+def test_allow_folds_names_as_duckdb_does() -> None:
+    """--allow's relation names fold ASCII letters only, as the catalog does: "Étab" and "étab" are
+    two relations (Python's lower made them one, found by a review)."""
+    from crr.sync.commands import allow_rule
+    assert allow_rule("s1=Étab, ORDERS") == ("s1", {"Étab", "orders"})
+
+
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "inf", "soon"])
 def test_pull_interval_is_validated(tmp_path: Path, secret_file: str, bad: str) -> None:
     """A negative, zero or infinite --pull-interval was accepted (a negative one spun the loop)."""
