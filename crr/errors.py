@@ -51,3 +51,10 @@ class ViewQueryError(SqlError, ChangesetError):
 
 class SiteError(CrrError):
     """The site file cannot be opened as asked (wrong site id, closed site, newer storage format)."""
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first line of an error's text that says something (Spark's parse errors begin with an
+    empty one), for a message of crr's that quotes it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -507,6 +507,9 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
             site.execute(statement)
     with pytest.raises(SqlError, match="cannot parse"):
         site.execute("SELECT 'unterminated")
+    assert site.execute("SELECT 1 AS one", []) == [(1,)]  # no parameters, as code for both kinds of site passes
+    with pytest.raises(SqlError, match=r"Spark could not run the query: \S"):  # Spark's first line is empty
+        site.execute('SELECT * FROM "v.1"')
     for statements, count in (("SELECT 1; SELECT 2", 2), ("", 0), (" ; ", 0)):  # a DuckDB site's words
         with pytest.raises(SqlError, match=f"expected one SQL statement, got {count}; run statements one at a time"):
             site.execute(statements)
@@ -778,7 +781,7 @@ def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tm
     # a relation the site does not hold gets no cursor, and one declared later starts from 0
     src.execute("CREATE REPLICATED TABLE h (k INTEGER)")
     src.execute("INSERT INTO h VALUES (7)")
-    site.merge(src.changes(), track=True)
+    assert site.merge(src.changes(), track=True).ignored == ["h"]  # named, as a DuckDB site's MergeResult does
     assert site.peer_cursor("src", "h") == 0
     site.execute("CREATE REMOTE TABLE h (k INTEGER)")
     site.merge(src.changes(since=site.peer_cursor("src", "h"), relations=["h"]), track=True)

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession, functions as F
 from sqlglot import exp
 
 from crr.catalog import Catalog, Relation
-from crr.errors import SqlError, ViewQueryError
+from crr.errors import SqlError, ViewQueryError, first_line
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
@@ -74,6 +74,7 @@ class SparkResult:
     new_tuples: dict[str, int] = field(default_factory=dict)
     new_monomials: dict[str, int] = field(default_factory=dict)
     refreshed: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # a merge's relations the site does not merge
 
     @property
     def changed(self) -> bool:
@@ -96,7 +97,7 @@ def view_errors(view: str) -> Iterator[None]:
     except Exception as e:  # Spark raises its own exception classes (pyspark.errors)
         if not type(e).__module__.startswith("pyspark"):
             raise
-        first = str(e).strip().splitlines()[0]
+        first = first_line(e)
         if type(e).__name__ in _DATA_ERRORS:
             raise ViewQueryError(f"view {view} cannot be maintained: its query fails on the changed data "
                                  f"({first}); nothing was changed") from None

@@ -35,7 +35,7 @@ from crr.arrow_result import arrow_rows
 from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
-    TypeMismatchError, UnsupportedSqlError
+    TypeMismatchError, UnsupportedSqlError, first_line
 from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
                        without_copies)
 from crr.one_thread import one_thread_at_a_time
@@ -266,9 +266,10 @@ class SparkSite:
     def execute(self, sql: str, params: Any = None) -> list[tuple]:
         """Run crr DDL (CREATE REPLICATED TABLE / REMOTE TABLE / REMOTE SOURCE / MATERIALIZED VIEW, DROP),
         or a read-only Spark SQL query over the APP relations (returns its rows as tuples). ``params``
-        is there for code written for both kinds of site: a Spark site takes none (write the values)."""
+        is there for code written for both kinds of site: a Spark site takes none (write the values;
+        an empty list, as such code passes for a statement without parameters, is none)."""
         self._check_open()
-        if params is not None:
+        if params is not None and not (isinstance(params, (list, tuple, dict)) and not params):
             raise SqlError("a Spark site's execute takes no parameters; write the values into the statement "
                            "(and insert rows with insert_many)")
         try:
@@ -293,7 +294,7 @@ class SparkSite:
         try:
             trees = statements_of(sqlglot.parse(sql, read="spark"))
         except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
-            raise SqlError(f"cannot parse statement: {str(e).splitlines()[0]}") from None
+            raise SqlError(f"cannot parse statement: {first_line(e)}") from None
         if len(trees) != 1:
             raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
         tree = trees[0]
@@ -319,7 +320,7 @@ class SparkSite:
                 return [tuple(r) for r in self.spark.sql(sql).collect()]
         except Exception as e:
             if type(e).__module__.startswith("pyspark"):
-                raise SqlError(f"Spark could not run the query: {str(e).splitlines()[0]}") from None
+                raise SqlError(f"Spark could not run the query: {first_line(e)}") from None
             raise
         finally:
             for name in names:
@@ -358,7 +359,7 @@ class SparkSite:
         try:
             self._typer.execute(f"CREATE OR REPLACE TEMP TABLE _crr_probe ({cols})")
         except duckdb.Error as e:
-            raise SqlError(f"invalid table definition: {str(e).splitlines()[0]}") from None
+            raise SqlError(f"invalid table definition: {first_line(e)}") from None
         columns = [Column(r[0], r[1]) for r in self._typer.execute("DESCRIBE temp.main._crr_probe").fetchall()]
         for c in columns:
             type_family(c.type)
@@ -391,7 +392,7 @@ class SparkSite:
             try:
                 return [(r[0], r[1]) for r in self._typer.execute(f"DESCRIBE {sql}").fetchall()]
             except duckdb.Error as e:
-                raise SqlError(f"invalid view query: {str(e).splitlines()[0]}") from None
+                raise SqlError(f"invalid view query: {first_line(e)}") from None
         plan = compile_view(name, tree, columns, describe, written)  # the query's own errors first
         spark_tree = spark_view_query(name, tree, describe, refuse, columns=plan.columns)
         return plan if spark_tree is tree else compile_view(name, spark_tree, columns, describe)
@@ -475,7 +476,7 @@ class SparkSite:
                 if not type(e).__module__.startswith("pyspark"):
                     raise
                 raise TypeMismatchError(f"insert_many into {rel.name}: Spark could not store the rows "
-                                        f"({str(e).splitlines()[0]}); nothing was written") from None
+                                        f"({first_line(e)}); nothing was written") from None
             return None, catalog, result.changed
         self._run(work)
         return given if given is not None else frame.count()
@@ -516,7 +517,7 @@ class SparkSite:
         try:
             return arrow_rows(self._typer, typed_input_sql(rel, "_crr_insert"))
         except duckdb.Error as e:
-            raise TypeMismatchError(f"insert_many into {rel.name}: {str(e).splitlines()[0]}; "
+            raise TypeMismatchError(f"insert_many into {rel.name}: {first_line(e)}; "
                                     "nothing was written") from None
         finally:
             self._typer.unregister("_crr_insert")
@@ -526,13 +527,14 @@ class SparkSite:
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> SparkResult:
         """Merge a changeset (or its bytes) from any site: atomic, idempotent and commutative.
 
-        Relations this site does not hold are ignored; a schema mismatch or a forged value refuses the
+        Relations this site does not hold are ignored (the result's ``ignored`` names them, as a DuckDB
+        site's :class:`~crr.merge.MergeResult` does); a schema mismatch or a forged value refuses the
         whole changeset (ChangesetError) and changes nothing. With ``track=True`` the changeset's source
         cursor is recorded per (source site, relation) in the same commit (see :meth:`peer_cursor`).
         """
         self._check_open()
-        cs, _ = without_copies(self._catalog, received(changeset))
-        held, _ = held_relations(self._catalog, cs)
+        cs, copies = without_copies(self._catalog, received(changeset))
+        held, ignored = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
         learned = learned_definitions(held)
         catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))
@@ -556,7 +558,7 @@ class SparkSite:
             with spark_errors():
                 result = self._maintain(txn, catalog, batch_of(self.spark, catalog, cs, held))
             return result, catalog, result.changed or bool(grown)
-        return self._run(work, catalog)
+        return dataclasses.replace(self._run(work, catalog), ignored=copies + ignored)
 
     @_one_thread_at_a_time
     def peer_cursor(self, peer: str, relation: str) -> int:
