@@ -42,22 +42,23 @@ class RowQueries:
     # an INSERT whose source's width the text does not tell: ``new`` makes DuckDB's binder refuse a
     # source of another width, with its message about set operations (see :func:`insert_rows`)
     width_checked: bool = False
-    # an UPDATE: the columns it SETs, in the order of its ``_crr_set_<i>`` values (see
-    # :func:`internal_names_named`)
-    set_columns: tuple[str, ...] = ()
+    # what the statement's values are to the application, in the order of crr's names for them: an
+    # UPDATE's ``_crr_set_<i>`` ("the value of SET n"), an INSERT's ``_crr_in_<i>`` ("the value for
+    # column n"); see :func:`internal_names_named`
+    values_named: tuple[str, ...] = ()
 
     def internal_names_named(self, message: str) -> str:
-        """A database error's ``message`` about a rows query of this statement, naming a SET value by
-        its column ("when casting the value of SET n") rather than by crr's name for it (DuckDB: "when
-        casting from source column _crr_set_0")."""
-        found = _SET_VALUE.search(message) if self.set_columns else None
-        if found is None or int(found.group(1)) >= len(self.set_columns):
+        """A database error's ``message`` about a rows query of this statement, naming a value as the
+        application knows it ("when casting the value of SET n") rather than by crr's name for it
+        (DuckDB: "when casting from source column _crr_set_0")."""
+        found = _VALUE_CAST.search(message) if self.values_named else None
+        if found is None or int(found.group(1)) >= len(self.values_named):
             return message
-        return f"{message[:found.start()]}the value of SET {self.set_columns[int(found.group(1))]}"
+        return f"{message[:found.start()]}{self.values_named[int(found.group(1))]}"
 
 
 # the end of DuckDB's conversion error (the message quotes the value before it, which may hold any text)
-_SET_VALUE = re.compile(r'from source column "?_crr_set_(\d+)"?\s*$')
+_VALUE_CAST = re.compile(r'from source column "?_crr_(?:set|in)_(\d+)"?\s*$')
 
 
 def _q(name: str) -> exp.Identifier:
@@ -140,18 +141,20 @@ def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) ->
         empty = exp.select(*[exp.alias_(exp.Null(), f"c{i}", quoted=True) for i in range(len(target_cols))]).limit(0)
         source = exp.select("*").from_(exp.Subquery(this=exp.Union(
             this=exp.Subquery(this=empty), expression=exp.Subquery(this=source.copy()), distinct=False)))
-    inner_alias = exp.TableAlias(this=_q("_crr_src"), columns=[_q(f"c{i}") for i in range(len(target_cols))])
+    # the source's columns get crr's names (``_crr_in_<i>``: no application column's name) so that a
+    # failed cast names a value crr can name again for the application (RowQueries.values_named)
+    inner_alias = exp.TableAlias(this=_q("_crr_src"), columns=[_q(f"_crr_in_{i}") for i in range(len(target_cols))])
     subquery = exp.Subquery(this=source.copy(), alias=inner_alias)
     projections = []
     for name, type_sql in columns:
         if name in target_cols:
-            value: exp.Expression = exp.column(f"c{target_cols.index(name)}", table="_crr_src", quoted=True)
+            value: exp.Expression = exp.column(f"_crr_in_{target_cols.index(name)}", table="_crr_src", quoted=True)
         else:
             value = exp.Null()
         projections.append(exp.alias_(_cast(value, type_sql), f"c{len(projections)}", quoted=True))
     query = _with_ctes(tree, exp.select(*projections).from_(subquery))
     return RowQueries(old=None, new=query.sql(DIALECT), params_at=_params_at(tree, names, target_cols),
-                      width_checked=width is None)
+                      width_checked=width is None, values_named=tuple(f"the value for column {c}" for c in target_cols))
 
 
 def _width(source: exp.Expression) -> int | None:
@@ -257,7 +260,7 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         # DuckDB does (each match was a new row of its own: an unkeyed row became several)
         query = query.distinct(*[exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))])
     sql = _with_ctes(tree, query).sql(DIALECT)
-    return RowQueries(old=sql, new=sql, set_columns=tuple(set_cols))
+    return RowQueries(old=sql, new=sql, values_named=tuple(f"the value of SET {c}" for c in set_cols))
 
 
 def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) -> RowQueries:

@@ -480,7 +480,7 @@ def test_clear_messages_for_default_in_values_and_a_remote_source_read_by_dml(si
     assert site.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "default")]
 
 
-def test_a_failing_set_value_is_named_by_its_column_not_crrs_name(site):
+def test_a_failing_value_is_named_by_its_column_not_crrs_name(site):
     """DuckDB's conversion errors name the column they cast from: in crr's rows query of an UPDATE
     that was ``_crr_set_0`` (found by a probe); the message names the SET column now."""
     site.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, n INT, v VARCHAR)")
@@ -493,4 +493,9 @@ def test_a_failing_set_value_is_named_by_its_column_not_crrs_name(site):
     for value in ("from source column _crr_set_7", "from source column _crr_set_0"):  # the value is quoted as given
         with pytest.raises(crr.TypeMismatchError, match=f"convert string '{value}' to INT32 when casting the value of SET n$"):
             site.execute("UPDATE k SET n = ?", [value])
+    # an INSERT's values likewise (they were "source column c0", crr's name, and c0 is not column 0)
+    for sql in ("INSERT INTO k (n, id) SELECT 'x', 6", "INSERT INTO k SELECT 6, 'x', 'v' FROM range(100)"):
+        with pytest.raises(crr.TypeMismatchError, match="when casting the value for column n$") as refused:
+            site.execute(sql)
+        assert "_crr" not in str(refused.value)
     assert app(site, "k") == [(1, 2, "x")]
