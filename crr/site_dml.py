@@ -107,7 +107,10 @@ def _outside_hint(state: SiteState, stmt: Other, touched: set[str]) -> str:
     database's table), another database's or schema's table named like a relation, or a schema change."""
     if stmt.tree is None:
         return ""
-    own = fold_identifier(state.con.execute(CURRENT_DATABASE_SQL).fetchall()[0][0])
+    try:
+        own = fold_identifier(state.con.execute(CURRENT_DATABASE_SQL).fetchall()[0][0])
+    except duckdb.Error:  # (a hint is not worth hiding the refusal behind another error)
+        return ""
     named = [t for t in stmt.tree.find_all(exp.Table) if fold_identifier(t.name) in touched]
     elsewhere = [t for t in named if t.catalog and fold_identifier(t.catalog) != own
                  or fold_identifier(t.db) not in ("", "main", own)]

@@ -19,10 +19,13 @@ from crr.errors import SqlError
 DIALECT = "duckdb"
 """The sqlglot dialect crr reads and writes SQL in."""
 
-_BLANK = r"(?:\s|--[^\n]*|/\*.*?\*/)*"
-STATEMENT_END = _BLANK + ";?" + _BLANK + "$"
+# spaces and comments; atomic and possessive, so that no text is read two ways (a run of dashes as
+# many comments: exponential backtracking) and a block comment never spans a "*/" (which would let
+# "DROP TABLE p /* */; DELETE FROM t /* */" pass for one statement)
+_BLANK = r"(?>\s+|--[^\n]*+|/\*(?:[^*]|\*(?!/))*+\*/)*+"
+STATEMENT_END = _BLANK + ";?" + _BLANK + r"\Z"
 """A pattern of the end of one statement: an optional semicolon, spaces and comments around it (as
-DuckDB reads ``DROP TABLE t; -- done``); compile with ``re.S`` so a ``/* */`` comment spans lines."""
+DuckDB reads ``DROP TABLE t; -- done``); a match of it ends the text."""
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 

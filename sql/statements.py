@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from sqlglot import exp
+from sqlglot import Dialect, exp
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
 from crr.sql.guard import Effects, is_plain_dml, statement_effects
@@ -307,12 +309,19 @@ def _create_view(sql: str) -> CreateView:
 
 
 def _written_query(body: str, query: exp.Expression) -> str | None:
-    """The text of ``query`` as ``body`` (a CREATE VIEW statement) has it, without a trailing semicolon
-    or comments; None when the text found there does not parse to ``query``."""
-    found = _VIEW_QUERY.search(body)
-    if found is None:
+    """The text of ``query`` as ``body`` (a CREATE VIEW statement) has it: from the token after the
+    first ``AS`` token (a name or a comment holding "as select" is no such token) to the end of the
+    last token that is not a semicolon (comments are no tokens); None when that text does not parse
+    to ``query``."""
+    try:
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(body)
+    except SqlglotError:
         return None
-    text = re.sub(STATEMENT_END, "", body[found.start(1):], count=1, flags=re.S)
+    start = next((i + 1 for i, t in enumerate(tokens) if t.token_type is TokenType.ALIAS), len(tokens))
+    ends = [t for t in tokens[start:] if t.token_type is not TokenType.SEMICOLON]
+    if not ends:
+        return None
+    text = body[tokens[start].start:ends[-1].end + 1]
     try:
         return text if parse_one(text) == query else None
     except SqlError:

@@ -75,6 +75,22 @@ def test_a_qualified_column_in_update_set_is_refused_as_duckdb_does(site):
     assert app(site, "t") == [(1, "x")]
 
 
+def test_a_comment_spanning_statements_does_not_make_them_one_drop(site):
+    """crr reads its DROP by a pattern, and the first version of the comment-reading end of it let a
+    block comment run past its "*/": "DROP TABLE plain /* */; DROP SCHEMA _crr CASCADE; ... /* */"
+    passed for one DROP of the application's table, and DuckDB ran all of it (found by a review)."""
+    site.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY)")
+    site.execute("INSERT INTO t VALUES (1)")
+    site.execute("CREATE TABLE plain (n INT)")
+    for sql in ("DROP TABLE plain /* x */; DROP SCHEMA _crr CASCADE; DROP TABLE t /* y */",
+                "DROP TABLE plain /* a */; DELETE FROM t /* b */", "DROP REPLICATED TABLE t /* */; DELETE FROM t /* */",
+                "SHOW TABLES /* a */; DELETE FROM t /* b */"):
+        with pytest.raises(crr.SqlError, match="expected one SQL statement, got [23]"):
+            site.execute(sql)
+    assert app(site, "t") == [(1,)] and list(site.relations()) == ["t"]
+    assert site.execute("DROP TABLE plain\n" + "-" * 5000 + "\n") == []  # a long comment is read once
+
+
 def test_a_comment_after_the_last_semicolon_is_no_statement(site):
     """sqlglot reads ``...; -- note`` as two statements, DuckDB as one (found by a probe)."""
     site.execute("CREATE REPLICATED TABLE t (a INT)")
@@ -307,6 +323,9 @@ def test_a_view_over_main_dot_a_relation_is_its_relation(site):
     # sqlglot writes these otherwise (CAST(a AS TEXT), (NOT (a IS NULL)), power(a, 2)): found by a review
     "SELECT A + 1, a::VARCHAR, a IS NOT NULL, a ** 2, b ^@ 'x' FROM r",
     "SELECT b, max(a) IS NOT NULL, count(*) FROM r GROUP BY b",  # an aggregate view
+    # comments, and "--" inside strings, are not where the query ends (a second review)
+    "SELECT a::VARCHAR /* c */, 'p -- q' AS lit FROM r WHERE b <> '-- x' /* d */",
+    "SELECT a::VARCHAR,\n  " + "-" * 5000 + "\n  b FROM r",  # a separator line: it backtracked for ever
 ])
 def test_a_views_unaliased_columns_get_the_names_duckdb_gives_its_query(site, query):
     """An unaliased expression is named by DuckDB after its text as written: ``(a + 1)``, not its
