@@ -57,4 +57,4 @@ def first_line(error: BaseException | str) -> str:
     """The first line of an error's text that says something (Spark's parse errors begin with an
     empty one), for a message of crr's that quotes it."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
+    return lines[0] if lines else (type(error).__name__ if isinstance(error, BaseException) else "")
