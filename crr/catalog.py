@@ -57,7 +57,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -397,12 +397,20 @@ def source_read_error(name: str) -> CatalogError:
                         "over it, or declare it as CREATE REMOTE TABLE to keep a readable copy")
 
 
-def read_sources(catalog: Mapping[str, Relation], tree: exp.Expression) -> list[str]:
-    """The remote sources of ``catalog`` a statement's ``tree`` reads (tables it names without a
-    schema, but not its CTEs), in the order it names them."""
+def refuse_source_reads(catalog: Mapping[str, Relation], names: Iterable[str]) -> None:
+    """Raise :func:`source_read_error` for the first of the tables a statement reads (``names``,
+    folded) that is a remote source of ``catalog``."""
+    for name in names:
+        if name in catalog and catalog[name].kind is RelationKind.SOURCE:
+            raise source_read_error(name)
+
+
+def tables_read(tree: exp.Expression) -> list[str]:
+    """The tables a statement's ``tree`` names without a schema, but not its CTEs (folded, in the
+    order it names them)."""
     ctes = {fold_identifier(c.alias) for c in tree.find_all(exp.CTE)}
     names = [fold_identifier(t.name) for t in tree.find_all(exp.Table) if not t.db]
-    return [n for n in dict.fromkeys(names) if n not in ctes and n in catalog and catalog[n].kind is RelationKind.SOURCE]
+    return [n for n in dict.fromkeys(names) if n not in ctes]
 
 
 def aug_name(position: int) -> str:

@@ -62,7 +62,7 @@ from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
                        is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
-from crr.writes import (clashing_row_held_sql, disagreeing_entry_error, key_clash_error, merged_rows_error, null_error,
+from crr.writes import (clashing_row_held, disagreeing_entry_error, key_clash_error, merged_rows_error, null_error,
                         repeated_key_error)
 
 POINT_ROWS = 64  # largest number of written rows the point path takes
@@ -608,7 +608,7 @@ class PointWrite:
         stamp = 0
         if rel.key:
             _check_keys(rel, news, freed={r.kh for r in olds}, updating=bool(olds),
-                        held=lambda id_: bool(self._run(clashing_row_held_sql(rel), [id_])[0][0]))
+                        held=lambda id_: clashing_row_held(self.con, rel, id_))
             if len({r.kh for r in news}) < len({r.id for r in olds}):  # an UPDATE giving rows one key
                 raise merged_rows_error(rel)
             clock.observe(max((v[2] for r in news for v in r.versions), default=None))

@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
 from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
-from crr.catalog import SCHEMA, Relation, kind_text, read_sources, source_read_error
+from crr.catalog import SCHEMA, Relation, kind_text, refuse_source_reads, tables_read
 from crr.causal import LocalEntries
 from crr.cte import CteWrite
 from crr.errors import (CatalogError, ReadOnlyRelationError, SqlError, TypeMismatchError,
@@ -51,9 +51,7 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     """Run SQL that is not crr's (a query, or DDL and DML on the application's own tables); refuse
     what would read a remote source, which has no table here, or change a crr relation."""
     rels = state.rels
-    for name in stmt.tables:
-        if name in rels and rels[name].kind is RelationKind.SOURCE:
-            raise source_read_error(name)
+    refuse_source_reads(rels, stmt.tables)
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
         reserved = sorted(t for t in stmt.writes if is_reserved(t) and t not in rels)
         if reserved:  # crr's temporary tables: one of the app's own would hide or be hidden by it
@@ -173,8 +171,7 @@ def run_dml(state: SiteState, stmt: Dml, params) -> list[tuple]:
     columns = [(c.name, c.type) for c in rel.columns]
     rq = state.rewritten.get(id(stmt))
     if rq is None:  # (a statement run again was checked when first run)
-        for name in read_sources(state.rels, stmt.tree):
-            raise source_read_error(name)
+        refuse_source_reads(state.rels, tables_read(stmt.tree))
         rewrite = {DmlKind.INSERT: dml.insert_rows, DmlKind.UPDATE: dml.update_rows,
                    DmlKind.DELETE: dml.delete_rows}[stmt.kind]
         rq = state.rewritten[id(stmt)] = rewrite(stmt.tree, rel.name, columns)

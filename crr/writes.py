@@ -154,7 +154,7 @@ def _check_new_rows(con: duckdb.DuckDBPyConnection, rel: Relation, deleting: boo
     if clash:
         *row, other = con.execute(f"""SELECT {cols_sql(rel, 'w')}, c.id FROM {new} w
                                       JOIN _crr.cl c ON c.kh = w.kh AND {clash} LIMIT 1""").fetchall()[0]
-        raise key_clash_error(rel, row, held=bool(_one(con, clashing_row_held_sql(rel), [other])[0]))
+        raise key_clash_error(rel, row, held=clashing_row_held(con, rel, other))
     return seen
 
 
@@ -205,3 +205,9 @@ def key_clash_error(rel: Relation, row: Sequence[Any], held: bool = True) -> Con
 def clashing_row_held_sql(rel: Relation) -> str:
     """Whether the table's AUG tuples hold a row (parameter: its id): asked only to word a key clash."""
     return f"SELECT count(*) FROM {rel.aug('t')} WHERE id = ?::UHUGEINT"
+
+
+def clashing_row_held(con: duckdb.DuckDBPyConnection, rel: Relation, id_: int) -> bool:
+    """Whether the table holds the values of the row of id ``id_`` a write's key clashes with
+    (:func:`key_clash_error`'s ``held``)."""
+    return bool(_one(con, clashing_row_held_sql(rel), [id_])[0])

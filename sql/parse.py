@@ -14,7 +14,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from crr.errors import SqlError
+from crr.errors import SqlError, first_line
 
 DIALECT = "duckdb"
 """The sqlglot dialect crr reads and writes SQL in."""
@@ -60,26 +60,28 @@ _QUIET = _CrrParsing()
 logging.getLogger("sqlglot").addFilter(_QUIET)
 
 
-def statements_of(trees: list[exp.Expression | None]) -> list[exp.Expression]:
-    """The statements among what ``sqlglot.parse`` returns: not the empty ones, nor the
-    ``Semicolon`` it gives a comment after the last ``;`` (``SELECT 1; -- done`` is one statement)."""
-    return [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]
+def one_statement(trees: list[exp.Expression | None]) -> exp.Expression:
+    """The one statement among what ``sqlglot.parse`` returns (not the empty ones, nor the
+    ``Semicolon`` it gives a comment after the last ``;``: ``SELECT 1; -- done`` is one statement);
+    SqlError when there are none or several."""
+    statements = [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]
+    if len(statements) != 1:
+        raise SqlError(f"expected one SQL statement, got {len(statements)}; run statements one at a time")
+    return statements[0]
 
 
 def parse_one(sql: str) -> exp.Expression:
     """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
     _QUIET.active.on = True
     try:
-        trees = statements_of(sqlglot.parse(sql, read=DIALECT))
+        trees = sqlglot.parse(sql, read=DIALECT)
     except (ParseError, TokenError) as e:
-        raise SqlError(f"cannot parse SQL: {_first_line(str(e))}{_near(e)}") from None
+        raise SqlError(f"cannot parse SQL: {first_line(e)}{_near(e)}") from None
     except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper
         raise SqlError("cannot parse SQL: nested too deeply for crr's parser") from None
     finally:
         _QUIET.active.on = False
-    if len(trees) != 1:
-        raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
-    return _lower_identifiers(trees[0])
+    return _lower_identifiers(one_statement(trees))
 
 
 def canonical_sql(sql: str) -> str:
@@ -93,10 +95,6 @@ def _near(error: Exception) -> str:
     """`` near '<token>'`` for a ParseError that says where it stopped, else ''."""
     found = [e.get("highlight") for e in getattr(error, "errors", []) if e.get("highlight")]
     return f" near {found[0]!r}" if found else ""
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
 
 
 def _lower_identifiers(tree: exp.Expression) -> exp.Expression:

@@ -30,7 +30,8 @@ from sqlglot import exp
 
 from crr.aggregate import is_aggregate
 from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
-from crr.catalog import KIND_TEXT, Catalog, Relation, read_sources, relation_from_row, relation_row, source_read_error
+from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, relation_from_row, relation_row,
+                         source_read_error, tables_read)
 from crr.arrow_result import arrow_rows
 from crr.changeset import Changeset, changes_request, received
 from crr.clock import HybridClock
@@ -48,7 +49,7 @@ from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
 from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
-from crr.sql.parse import fold_identifier, statements_of
+from crr.sql.parse import fold_identifier, one_statement
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
 from crr.sql.validate import check_relation_names
 from crr.types import Column, quote_ident, type_family
@@ -292,12 +293,10 @@ class SparkSite:
 
     def _query(self, sql: str) -> list[tuple]:
         try:
-            trees = statements_of(sqlglot.parse(sql, read="spark"))
+            trees = sqlglot.parse(sql, read="spark")
         except sqlglot.errors.SqlglotError as e:  # a parse or tokenizer error
             raise SqlError(f"cannot parse statement: {first_line(e)}") from None
-        if len(trees) != 1:
-            raise SqlError(f"expected one SQL statement, got {len(trees)}; run statements one at a time")
-        tree = trees[0]
+        tree = one_statement(trees)
         if isinstance(tree, exp.Create) and str(tree.args.get("kind", "")).upper() in ("TABLE", "VIEW"):
             raise UnsupportedSqlError(
                 f"a Spark site keeps crr relations only, not a plain CREATE {str(tree.args['kind']).upper()}: declare "
@@ -307,8 +306,7 @@ class SparkSite:
                                                                                          exp.Update, exp.Merge):
             raise UnsupportedSqlError("a Spark site runs crr DDL and read-only queries (SELECT ...); change data "
                                       "with insert_many() or by merging changesets")
-        for name in read_sources(self._catalog, tree):
-            raise source_read_error(name)
+        refuse_source_reads(self._catalog, tables_read(tree))
         names = [name for name, rel in self._catalog.items() if rel.has_app]
         # the session's own temp views of those names: hidden during the query, then put back
         shadowed = {name: self.spark.table(quote(name)) for name in names
