@@ -29,7 +29,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
-from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one
+from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one, statement_count_error
 
 
 @dataclass(frozen=True)
@@ -473,7 +473,7 @@ def _guard(sql: str, tree: exp.Expression | None, depth: int) -> Effects:
         # DuckDB's parser (without any extension the site may load) cannot read it: it is not read-only
         return _effects(False, _words(sql) | text.tables, None, tree)
     if len(types) != 1:
-        raise SqlError(f"expected one SQL statement, got {len(types)}; run statements one at a time")
+        raise statement_count_error(len(types))
     kind, first = types[0], toks[0].word
     base = facts.tables if facts is not None else _words(sql)
     _refuse_setting(kind, toks)

@@ -66,8 +66,13 @@ def one_statement(trees: list[exp.Expression | None]) -> exp.Expression:
     SqlError when there are none or several."""
     statements = [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]
     if len(statements) != 1:
-        raise SqlError(f"expected one SQL statement, got {len(statements)}; run statements one at a time")
+        raise statement_count_error(len(statements))
     return statements[0]
+
+
+def statement_count_error(count: int) -> SqlError:
+    """The error of a text holding ``count`` statements (none, or several) where crr runs one."""
+    return SqlError(f"expected one SQL statement, got {count}; run statements one at a time")
 
 
 def parse_one(sql: str) -> exp.Expression:
