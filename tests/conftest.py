@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 from typing import Iterator
 
 import duckdb
@@ -21,6 +22,18 @@ def pytest_configure(config: pytest.Config) -> None:
     are small, each shuffle task costs time whatever its size, and 2 still spreads every shuffle over
     several partitions (about 7% off the Spark tests here)."""
     gupta_spark.SHUFFLE_PARTITIONS = 2
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", TEST_JVM_ARGS)
+
+
+TEST_JVM_ARGS = ("--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.sql.codegen.wholeStage=false "
+                 "--conf spark.sql.codegen.factoryMode=NO_CODEGEN pyspark-shell")
+"""How the tests' JVMs run Spark (``PYSPARK_SUBMIT_ARGS``, which the children the tests start inherit;
+one set in the environment is kept: ``PYSPARK_SUBMIT_ARGS=pyspark-shell`` runs Spark's defaults).
+The tests' plans are many and their data small, so a JVM spent most of its CPU compiling: its C2
+JIT compiler (26 s of 50 s of CPU in one 66 s test) and the code Spark generates for every new plan,
+which the JVM compiles again. Here the JIT stops at C1 and Spark evaluates expressions without
+generating code (its own tests run both modes; the results are the same by Spark's contract). The
+benchmarks run Spark's defaults."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
