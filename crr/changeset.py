@@ -284,6 +284,16 @@ def changes_request(since: object, relations: object) -> tuple[int, list[str] | 
     return int(since), given
 
 
+def check_since_reached(since: int, cursor: int) -> None:
+    """Refuse ``changes(since)`` past the site's last change ``cursor`` (both backends): the rows a
+    site writes after that cursor's number was handed out elsewhere would be skipped for good."""
+    if since > cursor:
+        raise ChangesetError(f"changes(since={since}): this site's last change is {cursor}, so that cursor is another "
+                             "site's, or this site's from before its file was restored from an older copy (the rows "
+                             "written since then would be skipped); ask for changes(since=None), the full state, "
+                             "which merges as safely")
+
+
 def received(changeset: "Changeset | bytes") -> Changeset:
     """A changeset to merge, from its bytes (:meth:`Changeset.from_bytes`) or a :class:`Changeset`
     built in Python (:meth:`Changeset.validate`), with each float zero of a replicated table's tuples

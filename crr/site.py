@@ -18,7 +18,7 @@ import duckdb
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION,
                          Catalog, Relation, SiteFlag, relation_from_row)
-from crr.changeset import Changeset, changes_request
+from crr.changeset import Changeset, changes_request, check_since_reached
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
@@ -306,6 +306,7 @@ class Site:
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq
+            check_since_reached(since, cursor)
             out, cl = collect_changes(self._state.con, self._state.rels, names, since)
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
 

@@ -602,6 +602,10 @@ class SyncService:
             refused = None
             async with self._site_lock:
                 served = self._serves(rel)
+                if since > self.site.cursor:  # this site's file was restored from an older copy
+                    log.info("%s resumes %s from cursor %d, past this site's last change %d: sending the full state",
+                             link.peer, rel, since, self.site.cursor)
+                    since = 0  # which merges as safely; the rows written after the restore are in it
                 try:
                     data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
                 except CrrError as e:  # the peer's request, not this connection, is at fault

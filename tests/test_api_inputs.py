@@ -162,6 +162,17 @@ def test_changes_refuses_what_is_no_cursor(site: crr.Site, since):
         site.changes(since=since)
 
 
+def test_a_cursor_past_the_sites_last_change_is_refused(site: crr.Site):
+    """A cursor past the site's last change was answered with nothing, so the rows a site restored
+    from an older copy of its file writes under the numbers it had handed out were never sent."""
+    site.execute("CREATE REPLICATED TABLE c (k INTEGER)")
+    site.execute("INSERT INTO c VALUES (1)")
+    assert site.changes(since=site.cursor).relations[0].tuples.num_rows == 0  # the cursor itself: nothing new
+    with pytest.raises(crr.ChangesetError, match=rf"since={site.cursor + 1}\): this site's last change is "
+                                                 rf"{site.cursor}.*restored from an older copy"):
+        site.changes(since=site.cursor + 1)
+
+
 def test_a_changeset_given_as_a_cursor_is_named_not_printed(site: crr.Site):
     """``changes(since=changeset)`` (not its ``.cursor``) printed the whole changeset, Arrow tables and
     all, into the message (found by a probe)."""

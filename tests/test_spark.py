@@ -765,6 +765,8 @@ def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tm
             site.changes(since=since)
     with pytest.raises(CatalogError, match="list of relation names"):
         site.changes(relations="g")
+    with pytest.raises(ChangesetError, match=f"this site's last change is {site.cursor}"):
+        site.changes(since=site.cursor + 1)
     src = crr.Site(site_id="src")
     src.execute("CREATE REPLICATED TABLE g (k INTEGER)")
     src.execute("INSERT INTO g VALUES (1)")

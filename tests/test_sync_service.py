@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
 
@@ -70,6 +71,35 @@ def test_two_sites_converge_and_views_follow(tmp_path):
         assert all(s["behind"] == 0 for p in status["peers"] for s in p["streams"])
     finally:
         _shutdown(services, (a, b, v))
+
+
+def test_a_site_restored_from_an_older_copy_of_its_file_still_sends_its_new_rows(tmp_path):
+    """A peer resumes from the cursor it last merged; a site restored from an older copy of its file
+    numbers its new rows again from below that cursor. Those rows were never sent (the peer asked for
+    changes past them, and got none): now the site sends the full state to a cursor past its last change."""
+    a = _site(tmp_path, "a")
+    a.execute("INSERT INTO r VALUES (1, 'kept')")
+    a.close()
+    shutil.copy(tmp_path / "a.duckdb", tmp_path / "a.old")
+    a = crr.Site(str(tmp_path / "a.duckdb"))
+    for i in range(2, 5):
+        a.execute(f"INSERT INTO r VALUES ({i}, 'lost with the file')")
+    b = _site(tmp_path, "b")
+    services = _chain(a, b)
+    try:
+        assert wait_for(lambda: rows(services[1], "SELECT count(*) FROM r") == [(4,)])
+    finally:
+        _shutdown(services, (a, b))
+    os.replace(tmp_path / "a.old", tmp_path / "a.duckdb")
+    a, b = crr.Site(str(tmp_path / "a.duckdb")), crr.Site(str(tmp_path / "b.duckdb"))
+    a.execute("INSERT INTO r VALUES (5, 'after the restore')")
+    assert a.cursor < b.peer_cursor("a", "r")  # the new row's number is one b has merged past
+    services = _chain(a, b)
+    try:
+        assert wait_for(lambda: rows(services[1], "SELECT a FROM r ORDER BY a") == [(1,), (2,), (3,), (4,), (5,)])
+        assert wait_for(lambda: rows(services[0], "SELECT a FROM r ORDER BY a") == [(1,), (2,), (3,), (4,), (5,)])
+    finally:
+        _shutdown(services, (a, b))
 
 
 def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path):

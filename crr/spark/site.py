@@ -33,7 +33,7 @@ from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, 
 from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, relation_from_row, relation_row,
                          source_read_error, tables_read)
 from crr.arrow_result import arrow_rows
-from crr.changeset import Changeset, changes_request, received
+from crr.changeset import Changeset, changes_request, check_since_reached, received
 from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
@@ -571,6 +571,7 @@ class SparkSite:
         (default: every relation but remote sources), as a changeset any site can merge."""
         self._check_open()
         since, given = changes_request(since, relations)
+        check_since_reached(since, self._seq)
         names = self._catalog.names_to_send(None if given is None
                                             else list(dict.fromkeys(self.relation(r).name for r in given)))
         out, cl = collect_changes(self._store.read, self._catalog, names, since)
