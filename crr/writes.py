@@ -188,15 +188,17 @@ def disagreeing_entry_error(rel: Relation) -> ChangesetError:
                           "Rebuild the site from a trusted peer (a fresh site merging the peer's changes())")
 
 
-def key_clash_error(rel: Relation, row: Sequence[Any], held: bool = True) -> ConstraintError:
+def key_clash_error(rel: Relation, row: Sequence[Any], held: bool = True, *, updates: bool = True) -> ConstraintError:
     """A written row (its values in column order) has the key of another visible row; ``held``: whether
     this site holds that row's values (it may know only its causal length, which a view's changes
-    bring with the view's rows, until the table's own changes are merged)."""
+    bring with the view's rows, until the table's own changes are merged); ``updates``: whether the
+    site runs UPDATE (a Spark site does not)."""
     key_vals = ", ".join(f"{c}={row[rel.column_names.index(c)]!r}" for c in rel.key)
     if not held:
+        then = ", then UPDATE the row" if updates else " first"
         return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} exists at another site; this "
                                f"site has its causal length (the changes of a view over {rel.name} bring it) but not "
-                               f"yet its values: merge {rel.name}'s changes, then UPDATE the row (nothing was written)")
+                               f"yet its values: merge {rel.name}'s changes{then} (nothing was written)")
     return ConstraintError(f"duplicate key in {rel.name}: a row with {key_vals} already exists; an INSERT of "
                            "other values for it is an UPDATE of that row, an UPDATE must not give a row the key "
                            "of another it leaves (nothing was written)")

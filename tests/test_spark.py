@@ -547,6 +547,28 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(spark, tmp_path):
         site.table("r")
 
 
+def test_a_key_the_spark_site_knows_only_by_its_causal_length_is_said_to_be_elsewhere(spark, tmp_path):
+    """A view's changes bring its inputs' causal lengths, not their values: until the table's own
+    changes arrive, an insert of the key said the row "is present" of a table showing none (as a
+    DuckDB site did, tests/test_unchecked_entries.py)."""
+    duck = crr.Site(site_id="edge")
+    duck.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR)")
+    duck.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, v FROM k")
+    duck.execute("INSERT INTO k VALUES (2, 'a')")
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE REMOTE TABLE kv (id INTEGER, v VARCHAR)")
+    site.merge(duck.changes(relations=["kv"]).to_bytes())
+    with pytest.raises(ConstraintError, match="id=2 exists at another site; this site has its causal length .*"
+                                              "merge k's changes first"):
+        site.insert_many("k", [(3, "c"), (2, "c")])
+    site.merge(duck.changes(relations=["k"]).to_bytes())
+    assert _spark_rows(site, "k") == [(2, "a")]
+    with pytest.raises(ConstraintError, match="same PRIMARY KEY"):
+        site.insert_many("k", [(2, "c")])
+    site.close()
+
+
 def test_keyed_writes_at_a_spark_site_reach_duckdb_sites(spark, tmp_path):
     """insert_many at a Spark site into a keyed table; a DuckDB replica's update wins over it by its later
     stamp, and both sites agree in either merge order."""

@@ -46,7 +46,7 @@ from crr.spark.exchange import batch_of, check_changeset, collect_changes, value
 from crr.spark.expressions import spark_view_query
 from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import STORE_VERSION, Store, Transaction
-from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, user_view
+from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, tuples_key, user_view
 from crr.spark.writes import insert_batch
 from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier, one_statement
@@ -466,7 +466,7 @@ class SparkSite:
 
         def work(txn: Transaction, catalog: Catalog):
             try:
-                batch = insert_batch(rel, frame, txn.read(CL), self._clock)
+                batch = insert_batch(rel, frame, txn.read(CL), txn.read(tuples_key(rel)), self._clock)
                 result = self._maintain(txn, catalog, batch)
             except CrrError:
                 raise

@@ -14,6 +14,7 @@ from crr.catalog import Relation
 from crr.clock import HybridClock
 from crr.types import TypeFamily, type_family
 from crr.errors import ConstraintError
+from crr.writes import key_clash_error
 from crr.spark.encoding import key_hash_sql, spark_type, stamp_bytes, tuple_id_sql
 from crr.spark.maintain import SparkBatch
 from crr.spark.tables import aug_cols, current_cl, visibility
@@ -26,9 +27,10 @@ def stored_cols(rel: Relation) -> list[Column]:
             if type_family(c.type) is TypeFamily.FLOAT else F.col(c.name) for c in rel.aug_columns]
 
 
-def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, clock: HybridClock) -> SparkBatch:
+def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, tuples: DataFrame, clock: HybridClock) -> SparkBatch:
     """The batch inserting ``rows`` (the relation's AUG columns) into replicated table ``rel``, given
-    the current causal-length table ``cl``; raises ConstraintError before anything is written."""
+    the current causal-length table ``cl`` and the table's AUG tuples ``tuples`` (read only to word a
+    key clash); raises ConstraintError before anything is written."""
     keyed = bool(rel.key)
     w = rows.select(F.expr(tuple_id_sql(rel.name, rel.aug_columns)).alias("id"),
                     (F.expr(key_hash_sql(rel.name, rel.key_aug_columns)) if keyed else F.lit(None).cast("binary"))
@@ -53,7 +55,11 @@ def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, clock: HybridClo
                  .join(w.select(F.col("kh"), F.col("id").alias("new_id")), "kh")
                  .where(F.col("id") != F.col("new_id")))
         top = known.agg(F.count(F.lit(1)).alias("n"), F.max("stamp").alias("top")).collect()[0]
-        if top["n"] and clash.limit(1).count():
+        clashing = clash.select("id", "new_id").limit(1).collect() if top["n"] else []
+        if clashing and not tuples.where(F.col("id") == F.lit(clashing[0]["id"])).limit(1).count():
+            row = w.where(F.col("id") == F.lit(clashing[0]["new_id"])).select(*aug_cols(rel)).first()
+            raise key_clash_error(rel, tuple(row), held=False, updates=False)
+        if clashing:
             raise ConstraintError(f"duplicate key in insert into {rel.name}: a row with the same PRIMARY KEY "
                                   f"({', '.join(rel.key)}) is present with other values; UPDATE it instead "
                                   "(on a DuckDB site), nothing was written")
