@@ -40,19 +40,29 @@ from crr import replica
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind, fold_identifier
 
-_CURSOR_CONFLICT = ("ON CONFLICT (peer, relation) DO UPDATE "
-                    "SET cursor = greatest(cursor, excluded.cursor), updated = excluded.updated")
+_CURSOR_CONFLICT = "ON CONFLICT (peer, relation) DO UPDATE SET cursor = excluded.cursor, updated = excluded.updated"
 
 def _tracked_rows_sql(count: int) -> str:
-    """The ``count`` (peer, relation, cursor, since) rows whose cursor a tracked merge may record: those
-    of a changeset starting at or before the recorded cursor (0 when none is). One that starts later
-    leaves a gap of changes it does not carry, so the cursor stays where it is and the stream resumes
-    from it."""
+    """The ``count`` (peer, relation, cursor, since) rows whose cursor a tracked merge records (the
+    rule of :func:`tracked_cursor`): those of a changeset starting at or before the recorded cursor
+    (0 when none is) and ending at or past it, or holding the full state."""
     rows = ", ".join(["(?, ?, ?::BIGINT, ?::BIGINT)"] * count)
     return (f"SELECT v.peer, v.relation, v.cursor, now()::TIMESTAMP "
-            f"FROM (VALUES {rows}) v(peer, relation, cursor, since) "
-            f"WHERE v.since <= coalesce((SELECT c.cursor FROM {SCHEMA}.cursors c "
-            "WHERE c.peer = v.peer AND c.relation = v.relation), 0)")
+            f"FROM (VALUES {rows}) v(peer, relation, cursor, since) LEFT JOIN {SCHEMA}.cursors c "
+            "ON c.peer = v.peer AND c.relation = v.relation "
+            "WHERE v.since <= coalesce(c.cursor, 0) AND (v.since = 0 OR v.cursor >= coalesce(c.cursor, 0))")
+
+
+def tracked_cursor(recorded: int, since: int, cursor: int) -> int:
+    """The cursor a tracked merge of a changeset ``(since, cursor]`` leaves, given the one recorded
+    (0: none). One starting past it leaves a gap of changes it does not carry, so the cursor stays and
+    the stream resumes from it; one ending before it (an old changeset merged again) moves nothing
+    back. A full state (``since`` 0) holds everything of its source up to its cursor, which is the
+    cursor, even below the recorded one: a source restored from an older copy of its file numbers its
+    new changes again from there (keeping the larger one skipped them)."""
+    if since > recorded or (since and cursor < recorded):
+        return recorded
+    return cursor
 
 
 CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors {_tracked_rows_sql(1)} {_CURSOR_CONFLICT}"

@@ -209,8 +209,9 @@ class Site:
     # -- introspection -------------------------------------------------------------------------
     @property
     def cursor(self) -> int:
-        """The site's current sequence number: ``changes(since=site.cursor)`` is empty."""
-        return self._state.seq
+        """The sequence number of the site's last committed change: ``changes(since=site.cursor)`` is
+        empty. Read without waiting for a write another thread runs (which it does not count yet)."""
+        return self._state.committed_seq
 
     def relations(self) -> dict[str, str]:
         """The crr relations held here: ``{name: kind}`` with kind replicated, remote, source or view."""
@@ -317,7 +318,9 @@ class Site:
         Relations this site does not hold are ignored; a relation whose schema differs from the
         local declaration makes the whole merge fail with changing nothing.
         With ``track=True`` the changeset's source cursor is recorded per (source site, relation)
-        in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped.
+        in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped: an
+        incremental changeset moves it forward only (and not past a gap it leaves), a full state
+        (``since`` 0) sets it (:func:`crr.merge.tracked_cursor`).
         """
         return site_merge.merge(self._state, changeset, track)
 

@@ -102,6 +102,7 @@ class SiteState:
         self.staged: Catalog | None = None  # the snapshot the open transaction will commit, if it changes it
         self.site_id = ""
         self.seq = 0  # the sequence number of the last transaction that changed replicated state
+        self._seq_before: int | None = None  # while a transaction runs: ``seq`` when it began
         self.clock = HybridClock("", 0)
         self.closed = False
         # held by every Site method that uses the connection: one thread at a time runs statements on it
@@ -144,7 +145,7 @@ class SiteState:
         """One DuckDB transaction; a catalog snapshot staged in it replaces the committed one only
         when it commits (so a rolled-back transaction leaves the catalog as the file has it)."""
         self.check_open()
-        seq = self.seq
+        seq = self._seq_before = self.seq
         self.con.begin()
         try:
             with translated_errors():  # DuckDB failing under crr's own statements (a damaged file, a full disk)
@@ -166,6 +167,15 @@ class SiteState:
             raise
         finally:
             self.staged = None
+            self._seq_before = None
+
+    @property
+    def committed_seq(self) -> int:
+        """The sequence number of the last committed transaction (``Site.cursor``): ``seq``, but the
+        one before it while a transaction runs (it is bumped before the commit, and a rollback takes
+        it back). Read without the lock, from any thread."""
+        seq, before = self.seq, self._seq_before  # (in this order: a transaction may begin between them)
+        return seq if before is None else min(seq, before)
 
     def read_committed(self, sql: str, params: list | None = None) -> list[tuple]:
         """Rows of a query over committed state, read on a connection of its own: it does not wait for

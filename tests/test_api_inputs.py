@@ -15,6 +15,8 @@ import pyarrow as pa
 import pytest
 
 import crr
+from tests.conftest import general_merges
+from crr.site_state import SiteState
 from crr.errors import CatalogError, SiteError, SqlError, TypeMismatchError
 
 
@@ -216,6 +218,57 @@ def test_a_dropped_relations_tracked_cursors_are_forgotten(site: crr.Site):
     site.execute("INSERT INTO t VALUES (2, 'b')")
     peer.merge(site.changes(since=peer.peer_cursor("s", "t")), track=True)
     assert peer.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
+
+
+def test_the_cursor_counts_only_committed_changes(site: crr.Site, monkeypatch):
+    """``site.cursor`` showed the sequence number a running write had taken before it committed (read
+    from another thread; found by a probe): if the write then failed, that number was handed out
+    and ``changes(since=...)`` refused it as past the site's last change."""
+    seen = []
+    apply = SiteState.apply
+
+    def spying(state, *args, **kwargs):
+        result = apply(state, *args, **kwargs)
+        seen.append(site.cursor)  # inside the write's transaction, after its number was taken
+        return result
+    monkeypatch.setattr(SiteState, "apply", spying)
+    before = site.cursor
+    site.insert_many("t", [(k, "x") for k in range(10, 110)])
+    assert seen == [before] and site.cursor == before + 1
+    with pytest.raises(crr.ConstraintError):
+        site.insert_many("t", [(k, "y") for k in range(200, 300)] + [(1, "clash")])
+    assert site.cursor == before + 1 and site.changes(since=site.cursor).relations[0].tuples.num_rows == 0
+
+
+@pytest.mark.parametrize("route", ["one statement", "general"])
+def test_a_tracked_full_state_sets_the_cursor_below_the_recorded_one(route: str, monkeypatch):
+    """A tracked merge kept the larger of the recorded cursor and the changeset's: a source restored
+    from an older copy of its file answers a cursor past its last change with its full state, whose
+    cursor is lower, so the peer kept asking from the old cursor and missed the change numbered
+    with it (found by a probe). A full state now sets the cursor; an old changeset merged again, or
+    one leaving a gap, moves nothing."""
+    if route == "general":
+        general_merges(monkeypatch)
+    a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
+    for s in (a, b):
+        s.execute("CREATE REPLICATED TABLE t (k INT)")
+    first = a.changes()
+    for k in range(3):
+        a.execute(f"INSERT INTO t VALUES ({k})")
+    b.merge(a.changes(), track=True)
+    recorded = b.peer_cursor("a", "t")
+    assert recorded == a.cursor
+    b.merge(a.changes(since=first.cursor), track=True)  # merged again: stays
+    a.execute("INSERT INTO t VALUES (10)")
+    b.merge(a.changes(since=recorded + 1), track=True)  # a gap: stays
+    assert b.peer_cursor("a", "t") == recorded
+    restored = crr.Site(site_id="a")  # the source, from a copy taken before its inserts
+    restored.execute("CREATE REPLICATED TABLE t (k INT)")
+    restored.execute("INSERT INTO t VALUES (20)")
+    assert 0 < restored.cursor < recorded
+    b.merge(restored.changes(), track=True)
+    assert b.peer_cursor("a", "t") == restored.cursor
+    assert sorted(b.execute("SELECT k FROM t")) == [(0,), (1,), (2,), (20,)]
 
 
 @pytest.mark.parametrize("known", [False, True])  # rows new to the site (one statement), or known (general path)

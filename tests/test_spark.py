@@ -810,6 +810,13 @@ def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tm
     site.execute("CREATE REMOTE TABLE h (k INTEGER)")
     site.merge(src.changes(since=site.peer_cursor("src", "h"), relations=["h"]), track=True)
     assert [r["k"] for r in site.table("h").collect()] == [7]
+    # src restored from an older copy of its file: its full state sets the cursor, below the recorded one
+    restored = crr.Site(site_id="src")
+    restored.execute("CREATE REPLICATED TABLE g (k INTEGER)")
+    restored.execute("INSERT INTO g VALUES (4)")
+    assert 0 < restored.cursor < site.peer_cursor("src", "g")
+    site.merge(restored.changes(), track=True)
+    assert site.peer_cursor("src", "g") == restored.cursor
 
 
 def test_a_spark_site_shows_a_deleted_row_inserted_again(spark, tmp_path):

@@ -38,7 +38,7 @@ from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
 from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
-                       without_copies)
+                       tracked_cursor, without_copies)
 from crr.one_thread import one_thread_at_a_time
 from crr.site_options import check_site_id, clock_skew
 from crr.spark.encoding import quote, register_udfs, spark_type
@@ -548,9 +548,8 @@ class SparkSite:
         def work(txn: Transaction, catalog: Catalog):
             if track:  # recorded in this transaction's metadata: committed with the merge or not at all
                 peer = txn.meta.setdefault("cursors", {}).setdefault(cs.source, {})
-                for _, rc in held:  # a changeset starting past the cursor leaves a gap: the cursor stays
-                    if cs.since <= peer.get(rc.name, 0):
-                        peer[rc.name] = max(peer.get(rc.name, 0), cs.cursor)
+                for _, rc in held:
+                    peer[rc.name] = tracked_cursor(peer.get(rc.name, 0), cs.since, cs.cursor)
             if not held:
                 return SparkResult(), catalog, False
             with spark_errors():
