@@ -8,6 +8,7 @@ from crr but its errors.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import sqlglot
@@ -26,6 +27,13 @@ _BLANK = r"(?>\s+|--[^\n]*+|/\*(?:[^*]|\*(?!/))*+\*/)*+"
 STATEMENT_END = _BLANK + ";?" + _BLANK + r"\Z"
 """A pattern of the end of one statement: an optional semicolon, spaces and comments around it (as
 DuckDB reads ``DROP TABLE t; -- done``); a match of it ends the text."""
+_LEADING_BLANK = re.compile(_BLANK)
+
+
+def without_leading_blank(sql: str) -> str:
+    """``sql`` from its first word on: without the spaces and comments before it (which DuckDB skips)."""
+    match = _LEADING_BLANK.match(sql)
+    return sql[match.end():] if match else sql
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 

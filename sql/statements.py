@@ -19,7 +19,7 @@ from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
 from crr.sql.guard import Effects, is_plain_dml, statement_effects
-from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_name, parse_one
+from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_name, parse_one, without_leading_blank
 
 __all__ = [
     "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
@@ -158,17 +158,18 @@ def classify(sql: str) -> Statement:
         raise SqlError(f"the statement text is not valid Unicode ({e.reason} at character {e.start}); DuckDB "
                        "keeps only valid UTF-8 text, as a parameter too: fix the text, or store such a value as "
                        "bytes in a BLOB column") from None
-    m = _CREATE_TABLE.match(sql)
+    body = without_leading_blank(sql)  # crr's DDL after a comment is crr's DDL
+    m = _CREATE_TABLE.match(body)
     if m:
-        return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + sql[m.end():])
-    m = _CREATE_VIEW.match(sql)
+        return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + body[m.end():])
+    m = _CREATE_VIEW.match(body)
     if m:
         if m.group(1):
             raise UnsupportedSqlError(
                 "CREATE OR REPLACE MATERIALIZED VIEW is not supported; DROP the view, then CREATE it"
             )
-        return _create_view(sql)
-    m = _DROP.match(sql)
+        return _create_view(body)
+    m = _DROP.match(body)
     if m:
         words = m.group(1).lower().split()
         kind = _kind_of(m.group(1)) if len(words) == 2 else None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from crr.cli import UsageError, describe_os_error, one_line
 from crr.errors import CrrError, SiteError
-from crr.sql.parse import fold_identifier
+from crr.sql.parse import fold_identifier, without_leading_blank
 
 if TYPE_CHECKING:
     from crr.site import Site
@@ -38,8 +38,9 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 NEW_SECRET = "python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE"
 # the longest Unix socket path the kernel accepts (sun_path is 108 bytes on Linux, 104 on macOS/BSD)
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
-# crr DDL: the statements that may create a site file through ``crr sql``
-_CRR_DDL = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view)\b",
+# crr DDL: the statements that may create a site file through ``crr sql`` (after any comments:
+# matched against crr.sql.parse.without_leading_blank of the statement)
+_CRR_DDL = re.compile(r"create\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view)\b",
                       re.I)
 
 
@@ -483,7 +484,7 @@ class _LocalSite:
         """Run one statement, opening (or, for crr DDL, creating) the site first."""
         created = False
         if self.site is None:
-            ddl = bool(_CRR_DDL.match(sql))
+            ddl = bool(_CRR_DDL.match(without_leading_blank(sql)))
             require_site(self.db, self.create or ddl,
                          how="give --create (or start with CREATE REPLICATED TABLE ...)")
             created = self.db != ":memory:" and not os.path.exists(self.db)
@@ -544,46 +545,90 @@ def shell_statements(lines: Iterable[str]) -> Iterator[str]:
     """The statements of ``crr sql``'s input: one per line, a line that ends inside parentheses, a quoted
     string or identifier, or a ``/*`` comment continuing on the next; blank and comment-only lines are
     skipped (an empty line once ended the input, silently dropping what followed), and what is left
-    open at the end of the input is run as it is (crr then says what is wrong with it)."""
-    pending = ""
+    open at the end of the input is run as it is (crr then says what is wrong with it). Each line is
+    read once (:class:`_OpenSql`): a statement of many lines took time quadratic in their number."""
+    pending: list[str] = []
+    scanner = _OpenSql()
     for line in lines:
-        pending += line
-        if not _open_at_end(pending):
-            statement, pending = pending.strip(), ""
+        pending.append(line)
+        if not scanner.feed(line):
+            statement, pending, scanner = "".join(pending).strip(), [], _OpenSql()
             if statement and not all(not x.strip() or x.strip().startswith("--") for x in statement.splitlines()):
                 yield statement
-    if pending.strip():
-        yield pending.strip()
+    if "".join(pending).strip():
+        yield "".join(pending).strip()
 
 
-def _open_at_end(text: str) -> bool:
-    """Whether SQL ``text`` ends inside parentheses, a quoted string or identifier, or a ``/*`` comment."""
-    depth, i, n = 0, 0, len(text)
-    while i < n:
+_DOLLAR_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+class _OpenSql:
+    """Whether SQL text, fed a piece at a time, ends inside parentheses, a quoted string (``'...'``,
+    ``E'...'`` with backslash escapes, ``$$...$$`` or ``$tag$...$tag$``), a quoted identifier or a
+    ``/*`` comment (DuckDB nests them): the lexical rules of DuckDB's SQL that decide where a
+    statement of ``crr sql``'s shell ends."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # open parentheses
+        self.closing: str | None = None  # what ends the quoted string or identifier we are in
+        self.escapes = False  # inside an E'...' string: a backslash escapes the next character
+        self.comments = 0  # open /* comments
+
+    def feed(self, text: str) -> bool:
+        """Read ``text`` (the next line, with its newline); return whether the SQL read so far is open."""
+        i, n = 0, len(text)
+        while i < n:
+            if self.closing is not None:
+                i = self._in_quotes(text, i)
+            elif self.comments:
+                j, k = text.find("*/", i), text.find("/*", i)
+                if k != -1 and (j == -1 or k < j):
+                    self.comments, i = self.comments + 1, k + 2
+                elif j != -1:
+                    self.comments, i = self.comments - 1, j + 2
+                else:
+                    i = n
+            else:
+                i = self._outside(text, i)
+        return bool(self.depth > 0 or self.closing is not None or self.comments)
+
+    def _in_quotes(self, text: str, i: int) -> int:
+        closing = self.closing
+        assert closing is not None
+        while i < len(text):
+            if self.escapes and text[i] == "\\":
+                i += 2
+                continue
+            if text.startswith(closing, i):
+                if len(closing) == 1 and text.startswith(closing, i + 1):  # a doubled quote is the quote itself
+                    i += 2
+                    continue
+                self.closing, self.escapes = None, False
+                return i + len(closing)
+            i += 1
+        return i
+
+    def _outside(self, text: str, i: int) -> int:
         c = text[i]
+        word_before = i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
         if c in "'\"":
-            j = text.find(c, i + 1)
-            while j != -1 and j + 1 < n and text[j + 1] == c:  # a doubled quote is the quote itself
-                j = text.find(c, j + 2)
-            if j == -1:
-                return True
-            i = j + 1
-            continue
+            self.closing = c
+            self.escapes = c == "'" and i > 0 and text[i - 1] in "eE" and not (
+                i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
+            return i + 1
+        if c == "$" and not word_before:
+            quote = _DOLLAR_QUOTE.match(text, i)
+            if quote:
+                self.closing = quote.group(0)
+                return quote.end()
         if text.startswith("--", i):
             j = text.find("\n", i)
-            if j == -1:
-                return False
-            i = j + 1
-            continue
+            return len(text) if j == -1 else j + 1
         if text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j == -1:
-                return True
-            i = j + 2
-            continue
-        depth += (c == "(") - (c == ")")
-        i += 1
-    return depth > 0
+            self.comments = 1
+            return i + 2
+        self.depth += (c == "(") - (c == ")")
+        return i + 1
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -614,7 +659,7 @@ def _sql(args: argparse.Namespace) -> int:
               "Ctrl-D ends",
               file=sys.stderr)
         failed = False
-        for statement in shell_statements(sys.stdin):
+        for statement in shell_statements(sys.stdin or ()):  # (closed: no statements)
             try:
                 one(statement)
             except CrrError as e:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 
+from crr.sync import commands
 from crr.sync.commands import shell_statements
 from tests.test_cli_errors import (CRR, FAILURE, USAGE, _start_serve, assert_interrupted, crr, interruptible_shell,
                                    refused, stop_serve)
@@ -25,6 +26,44 @@ def test_shell_statements_span_lines_and_skip_blank_and_comment_lines():
         "CREATE REPLICATED TABLE t (\n  k INT, -- the key (\n  v VARCHAR\n)",
         "INSERT INTO t VALUES (1, 'it''s\ntwo lines')", 'SELECT "a(b" FROM t', "/* open\nclosed */ SELECT 1",
         "SELECT (1"]  # left open at the end: run as it is, so crr says what is wrong
+
+
+def test_shell_statements_know_dollar_quotes_escapes_and_nested_comments():
+    """A ``(`` inside ``$$...$$`` and the escaped quote of ``E'\\''`` left the statement open, so the
+    next line was joined to it and both failed; DuckDB nests ``/* */`` comments (found by a probe)."""
+    text = ("SELECT $$a(b$$\nSELECT $t$x'(y$t$\nSELECT E'\\'' AS q\nSELECT e'x\\'y(', 'a\\'\n"
+            "SELECT /* a /* b */\n still a comment */ 1\nSELECT $1\nSELECT 2\n")
+    assert list(shell_statements(text.splitlines(keepends=True))) == [
+        "SELECT $$a(b$$", "SELECT $t$x'(y$t$", "SELECT E'\\'' AS q", "SELECT e'x\\'y(', 'a\\'",
+        "SELECT /* a /* b */\n still a comment */ 1", "SELECT $1", "SELECT 2"]
+    con = duckdb.connect()  # each is one statement DuckDB runs as such
+    assert con.execute("SELECT E'\\'' AS q").fetchall() == [("'",)]
+    assert con.execute("SELECT /* a /* b */\n still a comment */ 1").fetchall() == [(1,)]
+
+
+def test_a_statement_of_many_lines_is_read_in_linear_time(monkeypatch):
+    """Each line read the whole statement again: 20000 lines took minutes (found by a probe). Not a
+    timing: a scanner that reads more than each line once fails the count below."""
+    lines = ["SELECT count(*) FROM (VALUES\n", *(f"({i}),\n" for i in range(20000)), "(0)) t(x)\n"]
+    read = []
+    feed = commands._OpenSql.feed
+
+    def counted(self, text):
+        read.append(len(text))
+        return feed(self, text)
+    monkeypatch.setattr(commands._OpenSql, "feed", counted)
+    assert [s.count("\n") for s in shell_statements(lines)] == [20001]
+    assert sum(read) == sum(len(line) for line in lines)
+
+
+def test_crr_ddl_after_a_comment_creates_the_site_and_a_closed_stdin_is_no_input(tmp_path: Path):
+    """``crr sql "/* x */ CREATE REPLICATED TABLE ..."`` said there was no site file to open, and ``crr
+    sql`` with its standard input closed raised TypeError (found by a probe)."""
+    db = str(tmp_path / "a.duckdb")
+    assert crr("sql", "--db", db, "/* note */ -- and more\n CREATE REPLICATED TABLE t (a INT)").returncode == 0
+    assert crr("sql", "--db", db, "SELECT count(*) FROM t").stdout.split() == ["0"]
+    proc = subprocess.run(f"{' '.join(CRR)} sql --db {db} <&-", shell=True, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc
 
 
 def test_a_blank_line_in_piped_statements_does_not_end_them(tmp_path: Path):

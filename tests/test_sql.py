@@ -518,3 +518,21 @@ def test_a_failing_value_is_named_by_its_column_not_crrs_name(site):
             site.execute(sql)
         assert "_crr" not in str(refused.value)
     assert app(site, "k") == [(1, 2, "x")]
+
+
+def test_crr_ddl_led_by_comments_is_crr_ddl():
+    """``/* note */ CREATE REPLICATED TABLE ...`` went to DuckDB, which said "syntax error at or near
+    REPLICATED" (found by a probe of ``crr sql``); DROP likewise. DuckDB skips the comments, and so
+    does crr."""
+    s = crr.Site()
+    s.execute("/* the readings */ -- of each sensor\n CREATE REPLICATED TABLE r (k INT PRIMARY KEY, v INT)")
+    s.execute("-- hidden\nCREATE REMOTE SOURCE src (a INT)")
+    s.execute("/* a view */ CREATE MATERIALIZED VIEW big AS SELECT k FROM r WHERE v > 1")
+    s.execute("INSERT INTO r VALUES (1, 2), (2, 0)")
+    assert s.relations() == {"r": "replicated", "src": "source", "big": "view"}
+    assert s.execute("SELECT * FROM big") == [(1,)]
+    with pytest.raises(crr.UnsupportedSqlError, match="CREATE OR REPLACE MATERIALIZED VIEW"):
+        s.execute("/* again */ CREATE OR REPLACE MATERIALIZED VIEW big AS SELECT k FROM r")
+    s.execute("/* done */ DROP MATERIALIZED VIEW big")
+    s.execute("-- gone\nDROP REMOTE SOURCE src")
+    assert s.relations() == {"r": "replicated"}
