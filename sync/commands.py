@@ -461,7 +461,10 @@ _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r
 def _tsv_value(v: Any) -> str:
     r"""A value as one TSV field: NULL for a NULL; a backslash, tab, newline or carriage return inside
     it escaped as PostgreSQL's text format does (``\\``, ``\t``, ``\n``, ``\r``), so a row stays one
-    line of as many fields as it has columns."""
+    line of as many fields as it has columns; bytes as hex, as ``--format json`` has them (not Python's
+    ``b'...'``)."""
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).hex()
     return "NULL" if v is None else str(v).translate(_TSV_ESCAPES)
 
 

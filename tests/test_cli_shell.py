@@ -90,6 +90,7 @@ def test_parameters_and_json_output(tmp_path: Path):
     assert crr("sql", "--db", db, "--params", '["a\\\\b\\nc\\r"]', "INSERT INTO r (k, v) VALUES (3, ?)").returncode == 0
     out = crr("sql", "--db", db, "SELECT k, v, d FROM r WHERE k > 1 ORDER BY k").stdout
     assert out.splitlines() == ["2\ttab\\there\tNULL", "3\ta\\\\b\\nc\\r\tNULL"]
+    assert crr("sql", "--db", db, "SELECT b FROM r WHERE k = 2").stdout == "0041\n"  # as JSON has it, not b'\x00A'
     refused(crr("sql", "--db", db, "--params", "[1,", "SELECT ?"), USAGE, "--params", "not JSON")
     refused(crr("sql", "--db", db, "--params", "5", "SELECT ?"), USAGE, "--params", "JSON array")
     refused(crr("sql", "--db", db, "--params", "[1]", stdin="SELECT 1\n"), USAGE, "--params goes with a statement")
