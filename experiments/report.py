@@ -16,7 +16,38 @@ from collections import defaultdict
 from rich.console import Console
 from rich.table import Table
 
-console = Console(width=None if sys.stdout.isatty() else 150)
+
+class _Console(Console):
+    """rich's Console, except that a reader leaving early (``crr bench ... | head``) silences it instead
+    of ending the process with exit code 1: the run finishes (its --json and plots are written) and
+    exits 0, as every crr command does on a closed pipe."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:  # later writes, and Python's flush at exit, go nowhere instead of failing again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, sys.stdout.fileno())
+            finally:
+                os.close(devnull)
+        except (AttributeError, OSError, ValueError):  # no stdout, or one without a file descriptor
+            pass
+
+
+_console: Console | None = None
+
+
+def get_console() -> Console:
+    """The console tables and progress print to, made on first use: importing this module touches no
+    ``sys.stdout`` (which is None when crr runs with stdout closed, ``crr ... >&-``)."""
+    global _console
+    if _console is None:
+        try:
+            tty = sys.stdout is not None and sys.stdout.isatty()
+        except (AttributeError, OSError, ValueError):
+            tty = False
+        _console = _Console(width=None if tty else 150)
+    return _console
 
 
 def machine() -> dict:
@@ -71,10 +102,10 @@ def paper_table(records: list[dict], baseline: str = "gupta-duckdb") -> None:
             *[_ratio(crr and crr["state_bytes"], cell[a]["state_bytes"] if a in cell else None) for a in others],
             *([_ratio(cs and cs["state_bytes"], gs and gs["state_bytes"])] if spark else []),
             *[_mb(cell[a].get("file_used_bytes")) if a in cell else "-" for a in algos if a != "gupta-spark"])
-    console.print(t)
-    console.print("issue 9: crr/gupta-duckdb time at most 2.0x (aim 1.3x); state at most 4x (aim 2x)")
+    get_console().print(t)
+    get_console().print("issue 9: crr/gupta-duckdb time at most 2.0x (aim 1.3x); state at most 4x (aim 2x)")
     if spark:
-        console.print("issue 10: crr-spark/gupta-spark time at most 1.5x at 10M rows")
+        get_console().print("issue 10: crr-spark/gupta-spark time at most 1.5x at 10M rows")
     top = max(n for _, n in by)
     parts = Table(title=f"state parts at N = {top} (MB; role: view = the view's own tables, app = crr's APP "
                         "copy, input = kept input tuples, lineage = causal-length entries)")
@@ -90,7 +121,7 @@ def paper_table(records: list[dict], baseline: str = "gupta-duckdb") -> None:
             total = r["state_bytes"] or 1
             for name, nbytes in sorted(r["state_parts"].items(), key=lambda kv: -kv[1]):
                 parts.add_row(exp, a, name, r["state_roles"].get(name, "-"), _mb(nbytes), f"{nbytes / total:.0%}")
-    console.print(parts)
+    get_console().print(parts)
 
 
 def writes_table(records: list[dict], baseline: str = "plain-duckdb") -> None:
@@ -105,7 +136,7 @@ def writes_table(records: list[dict], baseline: str = "plain-duckdb") -> None:
         b = base.get(r["experiment"])
         t.add_row(r["experiment"], r["algorithm"], str(r.get("views", 0)), f"{r['p50'] * 1e3:.2f}",
                   f"{r['p99'] * 1e3:.2f}", _ratio(r["p50"], b and b["p50"]), _ratio(r["p99"], b and b["p99"]))
-    console.print(t)
+    get_console().print(t)
 
 
 def recompute_table(records: list[dict], base: int) -> None:
@@ -123,11 +154,12 @@ def recompute_table(records: list[dict], base: int) -> None:
         c, g, rc = (by[n].get(a) for a in ("crr", "gupta-duckdb", "recompute-duckdb"))
         t.add_row(str(n), *[f"{x:.4f}" if x is not None else "-" for x in (c, g, rc)],
                   _ratio(rc, c), _ratio(rc, g), _ratio(c, g))
-    console.print(t)
+    get_console().print(t)
     for n, want in RECOMPUTE_TARGETS.items():
         c, rc = by.get(n, {}).get("crr"), by.get(n, {}).get("recompute-duckdb")
         if c and rc:
-            console.print(f"delta {n}: crr is {rc / c:.2f}x as fast as recomputing (issue 9 target: at least {want:g}x)")
+            get_console().print(f"delta {n}: crr is {rc / c:.2f}x as fast as recomputing "
+                                f"(issue 9 target: at least {want:g}x)")
 
 
 RECOMPUTE_TARGETS = {1: 10.0, 1000: 2.0}  # delta rows -> recompute / crr wanted by issue 9
@@ -150,7 +182,7 @@ def aggregate_table(records: list[dict]) -> None:
         c, g, rc = (by[(experiment, n)].get(a) for a in ("crr", "counting-duckdb", "recompute-duckdb"))
         t.add_row(experiment.split("-", 1)[1], str(n), *[f"{x:.4f}" if x is not None else "-" for x in (c, g, rc)],
                   _ratio(rc, c), _ratio(c, g))
-    console.print(t)
+    get_console().print(t)
 
 
 def simple_table(title: str, records: list[dict], columns: list[tuple[str, str]]) -> None:
@@ -164,7 +196,7 @@ def simple_table(title: str, records: list[dict], columns: list[tuple[str, str]]
             v = r.get(key, "-")
             row.append(f"{v:.4f}" if isinstance(v, float) else str(v))
         t.add_row(*row)
-    console.print(t)
+    get_console().print(t)
 
 
 AIM_TIME = 1.3  # the aim beyond issue 9's targets: crr within 1.3x Gupta counting's time ...

@@ -6,7 +6,11 @@ These check shape and consistency only; speed is measured by the benchmark CLI, 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -19,7 +23,8 @@ ROLES = {"view", "app", "input", "lineage", "other"}
 
 def _run(tmp_path, *args: str) -> dict:
     out = tmp_path / "out.json"
-    assert main(["bench", *args, "--quick", "--json", str(out), "--plot", str(tmp_path / "plots")]) == 0
+    plot = [] if args[0] in ("writes", "sync") else ["--plot", str(tmp_path / "plots")]  # they draw none
+    assert main(["bench", *args, "--quick", "--json", str(out), *plot]) == 0
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("bench ") and doc["machine"]["cpus"] >= 1
     for r in doc["results"]:
@@ -220,7 +225,7 @@ def test_recompute_table_prints_ratio(capsys):
     from crr.bench import report
     recs = [{"n": n, "algorithm": a, "seconds": s} for n in (1, 1000)
             for a, s in (("crr", 0.01), ("gupta-duckdb", 0.002), ("recompute-duckdb", 0.04))]
-    with report.console.capture() as cap:
+    with report.get_console().capture() as cap:
         report.recompute_table(recs, 50000)
     out = cap.get()
     assert "recompute / crr" in out and "4.00x" in out
@@ -245,3 +250,113 @@ def test_bench_spark(tmp_path):
     doc = _run(tmp_path, "spark", "--experiments", "join-insert,join-delete")
     _paper_checks(doc, {"crr", "gupta-duckdb", "gupta-spark", "crr-spark"}, {"join-insert", "join-delete"})
     assert gupta_spark.session_started() and spark.range(3).count() == 3
+
+
+CRR = [sys.executable, "-m", "crr.cli"]
+
+
+def _no_runs(monkeypatch) -> None:
+    """Make every benchmark fail if it starts: the refusals below must come before any work."""
+    from crr.bench import aggregate, merge, paper, recompute, sync_bench, writes
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the benchmark ran")
+    for module in (aggregate, merge, paper, recompute, sync_bench, writes):
+        monkeypatch.setattr(module, "run", ran)
+
+
+@pytest.mark.parametrize("args, limit", [
+    (["paper", "--batch", "99999999999999999999"], "100000000"),
+    (["paper", "--sizes", "1000,99999999999999999999"], "100000000"),
+    (["merge", "--sizes", "99999999999999999999"], "100000000"),
+    (["recompute", "--base", "99999999999999999999"], "100000000"),
+    (["aggregate", "--groups", "3000000000"], "100000000"),
+    (["writes", "--rows", "99999999999999999999"], "100000000"),
+    (["sync", "--partition-rows", "99999999999999999999"], "100000000"),
+    (["paper", "--repeat", "1001"], "1000"),
+    (["paper", "--sizes", "9" * 5000], "100000000"),  # longer than int() converts
+])
+def test_bench_refuses_too_large_numbers(args, limit, monkeypatch, capsys):
+    """A number beyond what the generated data holds is a usage error naming the limit, not a traceback."""
+    _no_runs(monkeypatch)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "too large" in err and f"at most {limit}" in err
+
+
+def test_bench_refuses_keys_beyond_integer(monkeypatch, capsys):
+    """recompute's keys run to --base + --repeat x sum(--deltas), merge's to sum(--sizes): beyond INTEGER,
+    refused before any work."""
+    _no_runs(monkeypatch)
+    assert main(["bench", "recompute", "--base", "100000000", "--deltas", "100000000", "--repeat", "1000"]) == 2
+    assert "2147483647" in capsys.readouterr().err
+    assert main(["bench", "merge", "--sizes", ",".join(["100000000"] * 22)]) == 2
+    assert "2147483647" in capsys.readouterr().err
+
+
+def test_bench_sizes_must_be_multiples_of_batch(monkeypatch, capsys):
+    """paper and spark report after whole batches: a size that is not a multiple of --batch is refused
+    before any work (paper.run, which would drop it silently, is never called)."""
+    _no_runs(monkeypatch)
+    for sub in ("paper", "spark"):
+        assert main(["bench", sub, "--sizes", "1500,2000", "--batch", "1000", "--repeat", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "1500 is not a multiple of --batch 1000" in err and "2000," not in err
+        # --quick's sizes (2000,4000 / 10000) against an explicit --batch that divides none of them
+        assert main(["bench", sub, "--quick", "--batch", "3000"]) == 2
+        assert "of --batch 3000" in capsys.readouterr().err
+
+
+def test_bench_explicit_options_win_over_quick(monkeypatch, tmp_path):
+    """--quick fills in only the options not given: --ops 3 stays 3, --quick's value stands for the rest,
+    and with neither the default does."""
+    from crr.bench import merge, writes
+    calls = []
+    monkeypatch.setattr(writes, "run", lambda ops, say, rows: calls.append(("writes", ops, rows)) or [])
+    monkeypatch.setattr(merge, "run", lambda sizes, repeat, say: calls.append(("merge", sizes, repeat)) or [])
+    out = tmp_path / "w.json"
+    assert main(["bench", "writes", "--quick", "--ops", "3", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["params"] == {"ops": 3, "rows": 0, "quick": True}
+    assert main(["bench", "merge", "--quick", "--sizes", "1000"]) == 0
+    assert main(["bench", "merge", "--repeat", "1"]) == 0
+    assert main(["bench", "writes", "--quick"]) == 0
+    assert calls == [("writes", 3, 0), ("merge", [1000], 2), ("merge", [1000, 10000, 100000], 1), ("writes", 30, 0)]
+
+
+@pytest.mark.parametrize("sub", ["writes", "sync"])
+def test_bench_without_plots_refuses_plot(sub, monkeypatch, tmp_path, capsys):
+    """writes and sync draw no plots: --plot is refused (exit 2, saying so), not accepted and ignored;
+    their --help does not offer it."""
+    _no_runs(monkeypatch)
+    assert main(["bench", sub, "--quick", "--plot", str(tmp_path / "plots")]) == 2
+    assert "draws no plots" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", sub, "--help"])
+    assert "--plot DIR" not in capsys.readouterr().out
+
+
+def test_bench_survives_a_closed_pipe(tmp_path):
+    """A reader that leaves early (``crr bench ... | head``) is no error: the JSON is written, exit 0.
+    stdout is a pipe whose reading end is closed before crr starts, so every write to it fails."""
+    out = tmp_path / "bp.json"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([*CRR, "bench", "paper", "--sizes", "1000", "--repeat", "1", "--experiments",
+                               "project-insert", "--json", str(out)], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["results"]
+
+
+def test_crr_runs_with_stdout_closed():
+    """Importing the bench's report module touches no sys.stdout, which is None when stdout is closed."""
+    for args in (["--help"], ["demo", "--help"]):
+        proc = subprocess.run(f"{shlex.join([*CRR, *args])} >&-", shell=True, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
