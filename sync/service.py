@@ -185,6 +185,18 @@ def _is_memory(path: str) -> bool:
     return path == "" or path.startswith(":memory:")
 
 
+def _address(value: object, what: str, lowest: int) -> tuple[str, int]:
+    """``value`` as a (host, port) pair, or a CrrError saying what ``what`` takes (a "host:port" string
+    was read letter by letter, and failed at start() binding some other address)."""
+    ok = (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], str) and value[0]
+          and isinstance(value[1], int) and not isinstance(value[1], bool) and lowest <= value[1] <= 65535)
+    if not ok:
+        raise CrrError(f"{what} is a (host, port) pair with a port from {lowest} to 65535, e.g. "
+                       f"(\"127.0.0.1\", 7700), not {value!r}")
+    host, port = value  # type: ignore[misc]
+    return host, port
+
+
 class SyncService:
     """Background replication for one site. ``start()``, ``stop()``, ``status()``, ``execute()``.
 
@@ -214,8 +226,10 @@ class SyncService:
                                    "all peers (as bytes or text), e.g. secrets.token_hex(32)")
         self.site = site
         self.secret = bytes(secret)
-        self.listen = listen
-        self.static_peers = list(peers or [])
+        self.listen = None if listen is None else _address(listen, "listen", lowest=0)
+        if isinstance(peers, (str, tuple)):
+            raise CrrError(f"peers is a list of (host, port) pairs, e.g. [(\"10.0.0.2\", 7700)], not {peers!r}")
+        self.static_peers = [_address(p, "a peer's address", lowest=1) for p in peers or []]
         self.allow = allow  # peer site id -> relations it may write here (None: any peer, any relation)
         self.control_path = control_path
         if not (isinstance(pull_interval, (int, float)) and 0 < pull_interval < float("inf")):

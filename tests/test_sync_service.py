@@ -468,3 +468,19 @@ def test_stop_interrupts_a_running_statement_and_its_caller_hears_so(tmp_path):
     a.execute("INSERT INTO r VALUES (1, 'x')")  # the site goes on
     assert a.execute("SELECT * FROM r") == [(1, "x")]
     a.close()
+
+
+def test_addresses_are_host_port_pairs(tmp_path):
+    """``listen="127.0.0.1:7740"`` (the CLI's form) was read letter by letter and failed at start()
+    binding ('0.0.0.1', 2); a peer's likewise (found by a README check)."""
+    site = _site(tmp_path, "a")
+    try:
+        for kwargs in ({"listen": "127.0.0.1:7740"}, {"listen": ("127.0.0.1", "7740")}, {"listen": ("h", 70000)},
+                       {"peers": ["127.0.0.1:7740"]}, {"peers": ("127.0.0.1", 7740)}, {"peers": [("127.0.0.1", 0)]}):
+            with pytest.raises(crr.CrrError, match=r"\(host, port\) pair") as refused:
+                SyncService(site, SECRET, **kwargs)
+            assert "Traceback" not in str(refused.value) and "\n" not in str(refused.value)
+        service = SyncService(site, SECRET, listen=["127.0.0.1", 0], peers=[("127.0.0.1", 9)])
+        assert service.listen == ("127.0.0.1", 0) and service.static_peers == [("127.0.0.1", 9)]
+    finally:
+        site.close()
