@@ -267,7 +267,7 @@ class Site:
         if isinstance(stmt, CreateView):
             return site_ddl.create_view(state, stmt)
         if isinstance(stmt, Drop):
-            return site_ddl.drop(state, stmt, sql)
+            return site_ddl.drop(state, stmt)
         if isinstance(stmt, Dml):
             return site_dml.run_dml(state, stmt, params)
         return site_dml.run_other(state, stmt, params)
