@@ -556,7 +556,7 @@ def shell_statements(lines: Iterable[str]) -> Iterator[str]:
         pending.append(line)
         if not scanner.feed(line):
             statement, pending, scanner = "".join(pending).strip(), [], _OpenSql()
-            if statement and not all(not x.strip() or x.strip().startswith("--") for x in statement.splitlines()):
+            if without_leading_blank(statement):  # not only spaces and comments
                 yield statement
     if "".join(pending).strip():
         yield "".join(pending).strip()

@@ -227,7 +227,7 @@ class SyncService:
         self.site = site
         self.secret = bytes(secret)
         self.listen = None if listen is None else _address(listen, "listen", lowest=0)
-        if isinstance(peers, (str, tuple)):
+        if isinstance(peers, str) or (isinstance(peers, tuple) and len(peers) == 2 and isinstance(peers[0], str)):
             raise CrrError(f"peers is a list of (host, port) pairs, e.g. [(\"10.0.0.2\", 7700)], not {peers!r}")
         self.static_peers = [_address(p, "a peer's address", lowest=1) for p in peers or []]
         self.allow = allow  # peer site id -> relations it may write here (None: any peer, any relation)

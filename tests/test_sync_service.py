@@ -480,7 +480,7 @@ def test_addresses_are_host_port_pairs(tmp_path):
             with pytest.raises(crr.CrrError, match=r"\(host, port\) pair") as refused:
                 SyncService(site, SECRET, **kwargs)
             assert "Traceback" not in str(refused.value) and "\n" not in str(refused.value)
-        service = SyncService(site, SECRET, listen=["127.0.0.1", 0], peers=[("127.0.0.1", 9)])
+        service = SyncService(site, SECRET, listen=["127.0.0.1", 0], peers=(("127.0.0.1", 9),))  # a tuple of pairs
         assert service.listen == ("127.0.0.1", 0) and service.static_peers == [("127.0.0.1", 9)]
     finally:
         site.close()
