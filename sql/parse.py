@@ -37,6 +37,14 @@ def without_leading_blank(sql: str) -> str:
     match = _LEADING_BLANK.match(sql)
     return sql[match.end():] if match else sql
 
+
+def holds_no_statement(sql: str) -> bool:
+    """Whether ``sql`` is only spaces, comments and semicolons."""
+    rest = without_leading_blank(sql)
+    while rest.startswith(";"):
+        rest = without_leading_blank(rest[1:])
+    return not rest
+
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 

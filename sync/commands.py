@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from crr.cli import UsageError, describe_os_error, one_line
 from crr.errors import CrrError, SiteError
-from crr.sql.parse import fold_identifier, without_leading_blank
+from crr.sql.parse import fold_identifier, holds_no_statement, without_leading_blank
 
 if TYPE_CHECKING:
     from crr.site import Site
@@ -556,7 +556,7 @@ def shell_statements(lines: Iterable[str]) -> Iterator[str]:
         pending.append(line)
         if not scanner.feed(line):
             statement, pending, scanner = "".join(pending).strip(), [], _OpenSql()
-            if without_leading_blank(statement):  # not only spaces and comments
+            if not holds_no_statement(statement):  # not only spaces, comments and semicolons
                 yield statement
     if "".join(pending).strip():
         yield "".join(pending).strip()
@@ -636,8 +636,9 @@ class _OpenSql:
 
 def _sql(args: argparse.Namespace) -> int:
     from crr.sync.control import server_running
-    if args.statement is not None and not args.statement.strip():
-        raise UsageError("the statement is empty; give one SQL statement, or none for a shell")
+    if args.statement is not None and holds_no_statement(args.statement):
+        raise UsageError("the statement is empty (spaces, comments or semicolons only); give one SQL statement, "
+                         "or none for a shell")
     if args.params is not None and args.statement is None:
         raise UsageError("--params goes with a statement given on the command line, not with the shell")
     secret = load_secret(args.secret_file) if args.secret_file else None

@@ -287,8 +287,10 @@ def test_plain_duckdb_file_is_not_turned_into_a_site(tmp_path: Path) -> None:
 
 
 def test_sql_empty_statement(tmp_path: Path) -> None:
-    """An empty statement argument started the interactive shell instead of saying it is empty."""
-    refused(crr("sql", "--db", str(tmp_path / "a.duckdb"), "  "), USAGE, "statement is empty")
+    """An empty statement argument started the interactive shell instead of saying it is empty; one of
+    only comments or semicolons was "expected one SQL statement, got 0", exit 1 (found by a probe)."""
+    for empty in ("  ", "-- c", "/* c */", ";", " ; -- c\n"):
+        refused(crr("sql", "--db", str(tmp_path / "a.duckdb"), empty), USAGE, "statement is empty")
 
 
 def test_sql_shell_exit_code_reports_failed_statements(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_shell_statements_know_dollar_quotes_escapes_and_nested_comments():
         "SELECT $$a(b$$", "SELECT $t$x'(y$t$", "SELECT E'\\'' AS q", "SELECT e'x\\'y(', 'a\\'",
         "SELECT /* a /* b */\n still a comment */ 1", "SELECT $1", "SELECT 2"]
     # a line of only a block comment is skipped as a -- line is (it ran as a statement of none)
-    assert list(shell_statements(["/* note */\n", "SELECT 1\n", "  /* two\n", "lines */ -- and this\n"])) == [
+    assert list(shell_statements(["/* note */\n", "SELECT 1\n", "  /* two\n", "lines */ -- and this\n", ";\n"])) == [
         "SELECT 1"]
     con = duckdb.connect()  # each is one statement DuckDB runs as such
     assert con.execute("SELECT E'\\'' AS q").fetchall() == [("'",)]
