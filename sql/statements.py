@@ -24,7 +24,7 @@ from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_nam
 __all__ = [
     "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
     "Statement", "classify", "fold_identifier", "normalize_name", "parse_one", "RESERVED_PREFIX", "is_reserved",
-    "check_not_reserved",
+    "check_not_reserved", "creates_relation",
 ]  # DIALECT, fold_identifier, normalize_name and parse_one live in crr.sql.parse; importable here as before
 
 _CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
@@ -209,6 +209,14 @@ def _remember(stmt: Other) -> Other:
         _others.clear()
     _others[stmt.sql] = stmt
     return stmt
+
+
+def creates_relation(sql: str) -> bool:
+    """Whether ``sql`` starts (after spaces and comments) as the crr DDL that declares a relation,
+    which :func:`classify` reads as such: what may create a site file through ``crr sql``."""
+    body = without_leading_blank(sql)
+    view = _CREATE_VIEW.match(body)
+    return bool(_CREATE_TABLE.match(body) or (view and not view.group(1)))
 
 
 def _kind_of(words: str) -> RelationKind:

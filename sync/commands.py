@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from crr.cli import UsageError, describe_os_error, one_line
 from crr.errors import CrrError, SiteError
-from crr.sql.parse import fold_identifier, holds_no_statement, without_leading_blank
+from crr.sql.parse import fold_identifier, holds_no_statement
+from crr.sql.statements import creates_relation
 
 if TYPE_CHECKING:
     from crr.site import Site
@@ -38,10 +39,6 @@ LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 NEW_SECRET = "python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE"
 # the longest Unix socket path the kernel accepts (sun_path is 108 bytes on Linux, 104 on macOS/BSD)
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
-# crr DDL: the statements that may create a site file through ``crr sql`` (after any comments:
-# matched against crr.sql.parse.without_leading_blank of the statement)
-_CRR_DDL = re.compile(r"create\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view)\b",
-                      re.I)
 
 
 # -- argument types (argparse turns ArgumentTypeError into "crr serve: error: argument --x: ...") --------
@@ -487,7 +484,7 @@ class _LocalSite:
         """Run one statement, opening (or, for crr DDL, creating) the site first."""
         created = False
         if self.site is None:
-            ddl = bool(_CRR_DDL.match(without_leading_blank(sql)))
+            ddl = creates_relation(sql)
             require_site(self.db, self.create or ddl,
                          how="give --create (or start with CREATE REPLICATED TABLE ...)")
             created = self.db != ":memory:" and not os.path.exists(self.db)
@@ -558,11 +555,17 @@ def shell_statements(lines: Iterable[str]) -> Iterator[str]:
             statement, pending, scanner = "".join(pending).strip(), [], _OpenSql()
             if not holds_no_statement(statement):  # not only spaces, comments and semicolons
                 yield statement
-    if "".join(pending).strip():
-        yield "".join(pending).strip()
+    rest = "".join(pending).strip()
+    if rest:
+        yield rest
 
 
 _DOLLAR_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def _word_at(text: str, i: int) -> bool:
+    """Whether ``text[i]`` is a character of a name (``E'...'`` and ``$tag$`` start only after none)."""
+    return i >= 0 and (text[i].isalnum() or text[i] == "_")
 
 
 class _OpenSql:
@@ -613,13 +616,11 @@ class _OpenSql:
 
     def _outside(self, text: str, i: int) -> int:
         c = text[i]
-        word_before = i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")
         if c in "'\"":
             self.closing = c
-            self.escapes = c == "'" and i > 0 and text[i - 1] in "eE" and not (
-                i > 1 and (text[i - 2].isalnum() or text[i - 2] == "_"))
+            self.escapes = c == "'" and i > 0 and text[i - 1] in "eE" and not _word_at(text, i - 2)
             return i + 1
-        if c == "$" and not word_before:
+        if c == "$" and not _word_at(text, i - 1):
             quote = _DOLLAR_QUOTE.match(text, i)
             if quote:
                 self.closing = quote.group(0)
