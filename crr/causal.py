@@ -130,7 +130,7 @@ FORGED_ENTRIES = ("error('crr: causal-length entries of ' || d.rel || ' disagree
 def checked_entries_sql(entries: ReceivedEntries) -> str:
     """FROM text of the received entries this site takes, checked as they are read (``error()``
     aborts the merge; each message names the relation): an id, a relation and a length from 1 to
-    :data:`MAX_CAUSAL_LENGTH`, a stamp no later than ``max_stamp``, and a key hash exactly for the
+    :data:`MAX_CAUSAL_LENGTH`, a stamp no later than ``max_stamp`` (one on every entry with a key hash), and a key hash exactly for the
     keyed relations, equal to the one recomputed from the received values where there are some, and an
     id that is not another relation's: an id's relation never changes, and an id the site keeps in
     another home than the entries' (``elsewhere``: ``_crr.cl`` and replicas' tables, see
@@ -164,6 +164,8 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
                       || 'clock; check the clocks (or raise Site(max_clock_skew=...))')
             WHEN kh IS NULL AND rel IN ({keyed_sql}) THEN
                 error('crr: an entry of keyed table ' || rel || ' has no key hash; the changeset is forged')
+            WHEN kh IS NOT NULL AND stamp IS NULL THEN
+                error('crr: an entry of ' || rel || ' has a key hash but no stamp; the changeset is forged')
             WHEN kh IS NOT NULL AND rel IN ({unkeyed_sql}) THEN
                 error('crr: an entry of unkeyed table ' || rel || ' has a key hash; the changeset is forged')
             ELSE cl END AS cl, {kh} AS kh, stamp FROM {joined} e)"""
@@ -189,6 +191,11 @@ CL = EntryHome("_crr.cl")
 """``_crr.cl``: the home of every base relation's entries but those :mod:`crr.colocated` keeps."""
 
 
+VISIBLE_ORDER = "{{'stamp': {t}.stamp, 'id': {t}.id}}"
+"""The order of a key's present versions (``{t}``: the versions' name): by stamp, then by id. The
+largest is the visible one (DESIGN 1.2, made total for equal stamps)."""
+
+
 def _keyed_delta_sql(entries: str, home: EntryHome) -> str:
     """The keyed entries' part of a merge: every version of the batch's keys, merged, and those whose
     entry grows or whose visibility flips. Columns: id, rel, kh, cl, stamp, vis, grew.
@@ -196,7 +203,10 @@ def _keyed_delta_sql(entries: str, home: EntryHome) -> str:
     ``home`` is read once, for the rows of the batch's key hashes (a stored entry of a received id
     has the id's key hash, unless the received entry is forged, which the MERGE refuses). A version
     is visible when it is present and has its key's largest stamp among present versions (a GROUP BY:
-    windows are slower here).
+    windows are slower here); of present versions with equal stamps, which no honest site writes (a
+    site's stamps grow, and end in its site id's hash) but a forged changeset or two sites sharing an
+    id can, the one with the larger id (:data:`VISIBLE_ORDER`, which a Spark site applies too), so a
+    key never shows twice.
     """
     return f"""
         WITH n AS (SELECT id, rel, kh, cl, coalesce(stamp, 0::UHUGEINT) AS stamp FROM {entries} WHERE kh IS NOT NULL),
@@ -206,8 +216,9 @@ def _keyed_delta_sql(entries: str, home: EntryHome) -> str:
                      n.id IS NOT NULL AND (c.id IS NULL OR n.cl > c.cl OR n.stamp > c.stamp) AS grew
               FROM n FULL JOIN (SELECT * FROM {home.stored_sql()} WHERE kh IN (SELECT kh FROM n)) c ON c.id = n.id)
         SELECT id, rel, kh, cl, stamp, vis, grew FROM (
-            SELECT v.*, coalesce(v.cl % 2 = 1 AND v.stamp = w.top, false) AS vis
-            FROM v JOIN (SELECT kh, max(stamp) FILTER (WHERE cl % 2 = 1) AS top FROM v GROUP BY kh) w
+            SELECT v.*, coalesce(v.cl % 2 = 1 AND {VISIBLE_ORDER.format(t="v")} = w.top, false) AS vis
+            FROM v JOIN (SELECT kh, max({VISIBLE_ORDER.format(t="v")}) FILTER (WHERE cl % 2 = 1) AS top
+                         FROM v GROUP BY kh) w
                  ON w.kh = v.kh)
         WHERE grew OR vis <> old_vis"""
 

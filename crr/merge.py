@@ -8,7 +8,8 @@ that could be forged is checked as it is read, by SQL that aborts the merge with
 * a tuple id must be the hash of its values, and a column this site declares NOT NULL must hold a
   value (:func:`crr.batch_rows.tuple_check_sql`);
 * a causal-length entry needs an id, a relation and a length from 1 to
-  :data:`crr.causal.MAX_CAUSAL_LENGTH`, a stamp at most ``max_clock_skew`` seconds ahead, and a key
+  :data:`crr.causal.MAX_CAUSAL_LENGTH`, a stamp at most ``max_clock_skew`` seconds ahead (one on
+  every entry with a key hash), and a key
   hash exactly when its replicated table is keyed, equal to the one recomputed from the values the
   changeset carries: the merge hands :mod:`crr.causal` a :class:`~crr.causal.ReceivedEntries`
   saying so, and its statements check the entries as they read them.

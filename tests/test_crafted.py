@@ -323,3 +323,51 @@ def test_a_tuple_sent_twice_in_one_changeset_is_refused(as_bytes: bool, receiver
     assert app(b, "t") == app(a, "t")
     if receiver == "remote table":
         assert sorted(b.execute("SELECT * FROM vt")) == [("x",), ("y",), ("z",)]
+
+
+
+TIE_HOMES = {  # how the receiver holds k: each keeps the entries in another home and decides visibility
+    "replicated": "CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)",
+    "remote table": "CREATE REMOTE TABLE k (id INT PRIMARY KEY, v VARCHAR)",
+    "remote source": "CREATE REMOTE SOURCE k (id INT PRIMARY KEY, v VARCHAR)",
+}
+
+
+def tied_versions() -> tuple[crr.Changeset, crr.Changeset, str]:
+    """Two versions of key 1 from two sites, the second forged to carry the first's stamp (two sites
+    sharing one site id could write that too), and the value of the one with the larger id."""
+    a, a2 = crr.Site(site_id="a"), crr.Site(site_id="a2")
+    for s, v in ((a, "one"), (a2, "uno")):
+        s.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)")
+        s.execute("INSERT INTO k VALUES (1, ?)", [v])
+    first, second = a.changes(), a2.changes()
+    second.cl = second.cl.set_column(4, "stamp", first.cl.column("stamp"))
+    both = pa.concat_tables([first.relations[0].tuples, second.relations[0].tuples])
+    larger = edit(both, "SELECT c1 FROM x ORDER BY id DESC LIMIT 1").column("c1")[0].as_py()
+    return first, second, larger
+
+
+@pytest.mark.parametrize("home", TIE_HOMES, ids=list(TIE_HOMES))
+def test_versions_of_a_key_with_equal_stamps_show_one_in_any_order(home):
+    """Equal stamps made both versions visible (a key shown twice, which no UPDATE could then
+    change); now the larger id wins, whatever the order of the merges."""
+    first, second, larger = tied_versions()
+    for order in ((first, second), (second, first)):
+        b = crr.Site(site_id="b")
+        b.execute(TIE_HOMES[home])
+        b.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, v FROM k")
+        for cs in order:
+            b.merge(cs.to_bytes())
+        assert app(b, "kv") == [(1, larger)]
+        if home != "remote source":
+            assert app(b, "k") == [(1, larger)]
+
+
+def test_keyed_entries_without_a_stamp_are_refused():
+    a, b = keyed_pair()
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl, kh, NULL::UHUGEINT AS stamp FROM x")
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="entry of t has a key hash but no stamp"):
+        b.merge(cs.to_bytes())
+    assert state(b) == before

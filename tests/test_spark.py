@@ -569,6 +569,20 @@ def test_a_key_the_spark_site_knows_only_by_its_causal_length_is_said_to_be_else
     site.close()
 
 
+def test_versions_of_a_key_with_equal_stamps_show_the_one_a_duckdb_site_shows(spark, tmp_path):
+    """Two versions of a key with one stamp (forged; or two sites sharing an id): both were visible;
+    now the larger id wins, as at a DuckDB site (ids are DuckDB's little-endian bytes on Spark)."""
+    from tests.test_crafted import tied_versions
+    first, second, larger = tied_versions()
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    site.execute("CREATE REPLICATED TABLE k (id INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, v FROM k")
+    site.merge(first.to_bytes())
+    site.merge(second.to_bytes())
+    assert _spark_rows(site, "k") == _spark_rows(site, "kv") == [(1, larger)]
+    site.close()
+
+
 def test_keyed_writes_at_a_spark_site_reach_duckdb_sites(spark, tmp_path):
     """insert_many at a Spark site into a keyed table; a DuckDB replica's update wins over it by its later
     stamp, and both sites agree in either merge order."""

@@ -162,14 +162,17 @@ def current_cl(cl: DataFrame) -> DataFrame:
 
 def visibility(current: DataFrame, keyed: bool = True) -> DataFrame:
     """``(id, rel, vis)`` for every id (DESIGN 1.2): an unkeyed tuple is visible when its length is odd,
-    a keyed one when it is present and has its key's largest stamp among the present versions.
+    a keyed one when it is present and has its key's largest stamp among the present versions, of
+    equal stamps the larger id (:data:`crr.causal.VISIBLE_ORDER`, as a DuckDB site orders them).
     ``keyed=False`` (no entry carries a key hash) skips the per-key comparison of stamps."""
     odd = F.col("cl") % 2 == 1
     if not keyed:
         return current.select("id", "rel", odd.alias("vis"))
-    top = current.where(odd & F.col("kh").isNotNull()).groupBy("kh").agg(F.max("stamp").alias("top"))
+    # binaries compare as unsigned bytes: stamps are big-endian, ids DuckDB's little-endian bytes
+    order = F.struct("stamp", F.reverse("id").alias("id"))
+    top = current.where(odd & F.col("kh").isNotNull()).groupBy("kh").agg(F.max(order).alias("top"))
     joined = current.join(top, "kh", "left")
-    vis = odd & (F.col("kh").isNull() | (F.col("stamp") == F.col("top")))
+    vis = odd & (F.col("kh").isNull() | (order == F.col("top")))
     return joined.select("id", "rel", F.coalesce(vis, F.lit(False)).alias("vis"))
 
 
