@@ -47,7 +47,8 @@ MAX_CAUSAL_LENGTH = 2**30  # larger received lengths are refused: a stored lengt
 
 @dataclass(frozen=True)
 class KeyHashSource:
-    """The received tuples of one keyed replicated table, read to recompute their key hashes."""
+    """The received tuples of one keyed table (replicated, or a remote copy or source of one), read
+    to recompute their key hashes."""
 
     table: str  # where the tuples ``(id, cols...)`` are read (an Arrow slot's name)
     relation: str

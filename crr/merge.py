@@ -353,6 +353,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     batch = Batch()
     lineage: set[str] = set()
     key_hashes: list[KeyHashSource] = []  # keyed replicated tables' received tuples: key hashes to recompute
+    remote_keys: dict[str, KeyHashSource] = {}  # the same of remote copies and sources of a keyed table
     homes = homes_of(catalog)  # co-located source -> its view (crr.colocated)
     colocated_tuples: dict[str, Rows] = {}  # their received tuples
     # relations keeping their entries with their tuples (crr.replica)
@@ -378,7 +379,11 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                 if rel.key:
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
                     keyed_tupled.append(tupled[-1])
-            elif rel.name in homes:
+                continue
+            if rc.key:  # a keyed table's rows, at a remote copy or source: as keyed as at their source
+                remote_keys[rel.name] = KeyHashSource(view, rel.name, tuple(
+                    a for a, c in zip(rel.aug_columns, rel.columns) if c.name in rc.key))
+            if rel.name in homes:
                 colocated_tuples[rel.name] = received
             elif rel.name in replicas:
                 replica_tuples[rel.name] = received
@@ -410,14 +415,22 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         # a co-located source's entries are merged into its view's table (crr.colocated), a replica's
         # into its own (crr.replica), the others into _crr.cl
         # (relations, key hashes to recompute, tables of ids kept in other homes) by home
-        wanted = {"": (interest - set(homes) - replicas, tuple(key_hashes), replica.elsewhere(replica_rels, None))}
-        wanted.update({source: ({source}, (), ()) for source in homes if source in interest})
-        wanted.update({name: ({name}, (), replica.elsewhere(replica_rels, name)) for name in replicas if name in interest})
+        def remote_key(name: str) -> tuple[KeyHashSource, ...]:
+            return (remote_keys[name],) if name in remote_keys else ()
+        in_cl = [source for name, source in remote_keys.items() if name not in homes and name not in replicas]
+        wanted = {"": (interest - set(homes) - replicas, (*key_hashes, *in_cl), replica.elsewhere(replica_rels, None))}
+        wanted.update({source: ({source}, remote_key(source), ()) for source in homes if source in interest})
+        wanted.update({name: ({name}, remote_key(name), replica.elsewhere(replica_rels, name))
+                       for name in replicas if name in interest})
         named = set(cs.cl.column("rel").unique().to_pylist())
+        # relations whose entries must carry key hashes: keyed replicated tables, and a remote copy or
+        # source whose changes state a key (a relay declared without one forwards keyed entries too,
+        # so a remote relation is never taken for unkeyed)
+        keyed_remotes = frozenset(rel.name for rel, rc in held if rc.kind is ChangeKind.BASE and rc.key and not rel.is_base)
         for home, (relations, sources, elsewhere) in wanted.items():
             if named & relations:
                 entries = received_entries(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
-                                    frozenset(relations), sources, max_clock_skew, elsewhere)
+                                    frozenset(relations), sources, max_clock_skew, elsewhere, keyed_remotes)
                 if entries is not None:
                     by_home[home] = entries
     if "" in by_home and not catalog.unchecked_entries:  # else neither is read (crr.maintain._merge_cl)
@@ -460,17 +473,18 @@ def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
 
 def received_entries(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
               key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float,
-              elsewhere: tuple[str, ...]) -> ReceivedEntries | None:
+              elsewhere: tuple[str, ...], keyed_remotes: frozenset[str] = frozenset()) -> ReceivedEntries | None:
     """The :class:`~crr.causal.ReceivedEntries` of the entries ``cl`` (read from ``table``) this site
     takes for ``relations``; None when there are none. ``cl`` decides the MERGE's form (which entries
-    are keyed, whether two share a key)."""
+    are keyed, whether two share a key). ``keyed_remotes``: remote relations the changeset says are
+    keyed, whose entries must carry key hashes as a keyed replicated table's do."""
     if not cl.num_rows or not relations:
         return None
     kh = id_storage(cl.column("kh"))
     names = cl.column("rel").unique().to_pylist()
     return ReceivedEntries(
         table=table, relations=relations,
-        keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key),
+        keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key) | keyed_remotes,
         unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key),
         key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,

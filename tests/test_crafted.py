@@ -33,6 +33,12 @@ def state(site: crr.Site) -> tuple:
             for r in site.relations()}, site.cursor
 
 
+def every_table(site: crr.Site) -> dict[str, list[tuple]]:
+    """Every table of a site's file, crr's own included (a co-located source has no tables of its own)."""
+    names = site.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE NOT temporary")
+    return {f"{s}.{t}": site.execute(f'SELECT * FROM "{s}"."{t}" ORDER BY ALL') for s, t in names}
+
+
 def keyed_pair() -> tuple[crr.Site, crr.Site]:
     a, b = crr.Site(site_id="a"), crr.Site(site_id="b")
     for s in (a, b):
@@ -371,3 +377,28 @@ def test_keyed_entries_without_a_stamp_are_refused():
     with pytest.raises(crr.ChangesetError, match="entry of t has a key hash but no stamp"):
         b.merge(cs.to_bytes())
     assert state(b) == before
+
+
+@pytest.mark.parametrize("home", TIE_HOMES, ids=list(TIE_HOMES))
+def test_forged_key_hashes_are_refused_wherever_the_table_is_held(home):
+    """A remote copy or source of a keyed table took entries under any key hash (its key hashes
+    were never recomputed): an old version made present under another key hash showed the key twice,
+    and the honest changes were refused for good afterwards."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)")
+    a.execute("INSERT INTO k VALUES (1, 'old')")
+    a.execute("UPDATE k SET v = 'new' WHERE id = 1")
+    honest = a.changes()
+    b = crr.Site(site_id="b")
+    b.execute(TIE_HOMES[home])
+    b.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, v FROM k")
+    before = every_table(b)
+    for forged in ("CASE WHEN cl = 2 THEN 3 ELSE cl END::INT AS cl, CASE WHEN cl = 2 THEN kh + 1 ELSE kh END AS kh",
+                   "cl, NULL::UHUGEINT AS kh"):
+        cs = a.changes()
+        cs.cl = edit(cs.cl, f"SELECT id, rel, {forged}, stamp FROM x")
+        with pytest.raises(crr.ChangesetError, match="key hash of a tuple of k does not match|k has no key hash"):
+            b.merge(cs.to_bytes())
+        assert every_table(b) == before
+    b.merge(honest.to_bytes())
+    assert app(b, "kv") == [(1, "new")]
