@@ -109,6 +109,8 @@ class Batch:
     colocated: list[colocated.ColocatedBatch] = field(default_factory=list)
     # what the batch brings replicas: their tuples and entries (crr.replica)
     replicas: list[replica.ReplicaBatch] = field(default_factory=list)
+    # relations every tuple of which is valued again, their lineage grown (crr.merge.relineaged)
+    revalued: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -1096,12 +1098,16 @@ class Maintainer:
             dirty.append(f"SELECT vid FROM {temp_table(self.absorbed[rel.name])}")
         if self.flipped_rels & self.lineage.get(rel.name, self.flipped_rels):
             dirty.append(self._holding_flipped(rel))
+        # every tuple, valued against a narrower lineage before (neither shortcut below holds for them)
+        revalued = self.batch is not None and rel.name in self.batch.revalued
+        if revalued:
+            dirty = [f"SELECT vid FROM {rel.aug('m')}"]
         if not dirty:
             return
-        if rel.aggregate is None and self._only_new_monomials_change(rel):
+        if not revalued and rel.aggregate is None and self._only_new_monomials_change(rel):
             self._insert_alive_new(rel)
             return
-        if self._only_derivations_lost(rel):
+        if not revalued and self._only_derivations_lost(rel):
             sql = lost_derivations_sql(rel, self.flips, len(rel.plan.branches[0].occurrences))  # type: ignore[union-attr]
             self.counts(rel.name).deleted += apply_app_changes(self.con, rel, sql, AppPatch.DELETE)[1]
             return

@@ -251,6 +251,21 @@ def grown_lineage(held: list[tuple[Relation, RelationChanges]]) -> dict[str, fro
             if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE) and not set(rc.lineage) <= rel.lineage}
 
 
+def relineaged(catalog: Catalog, grown: dict[str, frozenset[str]]) -> frozenset[str]:
+    """The relations whose every tuple a merge growing lineages (:func:`grown_lineage`; ``catalog``:
+    the one before it) must value again: the remote tables and sources whose lineage was in use
+    (not empty) and grows, and the views reading them. Their ``in?`` read the entries of the
+    narrower lineage only, so an id of a relation outside it counted invisible, and its entry,
+    which may have arrived since, flipped none of their tuples; a lineage stated too narrow (a
+    forged changeset) would otherwise leave tuples out for good, depending on the order of merges."""
+    stale = {name for name in grown if catalog[name].lineage}
+    for view in catalog.views():  # an input is created before the views reading it
+        plan = catalog[view].plan
+        if plan is not None and stale & set(plan.inputs):
+            stale.add(view)
+    return frozenset(stale)
+
+
 def newly_derived(held: list[tuple[Relation, RelationChanges]]) -> list[str]:
     """The remote tables and sources that receive a view's monomials for the first time."""
     return [rel.name for rel, rc in held if rel.kind in (RelationKind.REMOTE, RelationKind.SOURCE)

@@ -21,7 +21,7 @@ from crr.cte import CteWrite, cte_values
 from crr.maintain import BatchResult
 from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
                        MergeResult, changeset_errors, grown_lineage, held_relations, learned_definitions,
-                       newly_derived, plan_merge,
+                       newly_derived, plan_merge, relineaged,
                        allowed_skew, received_entries, tracked_cursors_sql, tuple_columns, without_copies)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
@@ -47,6 +47,7 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
     try:
         with state.transaction(), changeset_errors():
             grown = grown_lineage(held)
+            stale = relineaged(state.rels, grown)
             if grown:  # staged: the committed catalog changes only if the merge commits
                 state.stage(state.rels.with_(*(dataclasses.replace(state.rels[n], lineage=lin)
                                                for n, lin in grown.items())))
@@ -69,6 +70,7 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
             if grown or derived:
                 state.uncolocate(state.rels)
             batch = plan_merge(state.con, state.rels, cs, held, inputs, _skew(state))
+            batch.revalued = stale
             result = state.apply(batch) if held else BatchResult()
             if track and held:  # the relations the site holds: one declared later starts at 0
                 state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since]

@@ -402,3 +402,44 @@ def test_forged_key_hashes_are_refused_wherever_the_table_is_held(home):
         assert every_table(b) == before
     b.merge(honest.to_bytes())
     assert app(b, "kv") == [(1, "new")]
+
+
+
+def lineage_changesets() -> tuple[crr.Changeset, crr.Changeset, crr.Changeset, crr.Changeset]:
+    """Changes of views ``vp`` (over ``u``) and ``vj`` (``u`` join ``k``); the same with ``vp``'s
+    lineage stated as ``k``, too narrow (its rows hold ids of ``u``); then, after u's row (1, 'x') is
+    deleted, ``vj``'s changes (with that deletion's entry) and ``vp``'s (the true lineage)."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE u (a INT, b VARCHAR)")
+    a.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)")
+    a.execute("CREATE MATERIALIZED VIEW vp AS SELECT b FROM u")
+    a.execute("CREATE MATERIALIZED VIEW vj AS SELECT u.a, k.v FROM u JOIN k ON u.a = k.id")
+    a.execute("INSERT INTO u VALUES (1, 'x'), (2, 'y')")
+    a.execute("INSERT INTO k VALUES (1, 'one')")
+    honest = a.changes()
+    forged = crr.Changeset.from_bytes(honest.to_bytes())
+    next(r for r in forged.relations if r.name == "vp").lineage = ["k"]
+    a.execute("DELETE FROM u WHERE a = 1")
+    return honest, forged, a.changes(relations=["vj"]), a.changes(relations=["vp"])
+
+
+LINEAGE_COPY = ["CREATE REMOTE TABLE vp (b VARCHAR)", "CREATE REMOTE TABLE vj (a INT, v VARCHAR)",
+                "CREATE MATERIALIZED VIEW w AS SELECT b || '!' AS bb FROM vp"]
+
+
+@pytest.mark.parametrize("order", ["honest first", "forged first", "a flip between"])
+def test_a_lineage_stated_too_narrow_is_made_good_by_the_true_one_in_any_order(order):
+    """vp's lineage stated as k: in? of its rows read only k's entries (so they counted invisible),
+    and flips of u's ids passed them by; when the true lineage came, nothing valued them again: the
+    copy and the view over it stayed empty (or kept a deleted row) for good. Now a lineage that
+    grows values every tuple of the relation and of the views over it again."""
+    honest, forged, deleted, after = lineage_changesets()
+    c = crr.Site(site_id="c")
+    for ddl in LINEAGE_COPY:
+        c.execute(ddl)
+    merges = {"honest first": (honest, forged), "forged first": (forged, honest),
+              "a flip between": (forged, deleted, after)}[order]
+    for cs in merges:
+        c.merge(cs.to_bytes())
+    expected = ["x", "y"] if order != "a flip between" else ["y"]
+    assert app(c, "vp") == [(b,) for b in expected] and app(c, "w") == [(b + "!",) for b in expected]

@@ -583,6 +583,20 @@ def test_versions_of_a_key_with_equal_stamps_show_the_one_a_duckdb_site_shows(sp
     site.close()
 
 
+def test_a_lineage_stated_too_narrow_is_made_good_at_a_spark_site(spark, tmp_path):
+    """As at a DuckDB site (tests/test_crafted.py): a remote copy whose lineage came too narrow first
+    ignored the flips of the ids outside it; the true lineage recomputes it and the views over it."""
+    from tests.test_crafted import LINEAGE_COPY, lineage_changesets
+    _, forged, deleted, after = lineage_changesets()
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for ddl in LINEAGE_COPY:
+        site.execute(ddl)
+    for cs in (forged, deleted, after):  # the deletion's entry flips an id of u, outside vp's lineage then
+        site.merge(cs.to_bytes())
+    assert _spark_rows(site, "vp") == [("y",)] and _spark_rows(site, "w") == [("y!",)]
+    site.close()
+
+
 def test_keyed_writes_at_a_spark_site_reach_duckdb_sites(spark, tmp_path):
     """insert_many at a Spark site into a keyed table; a DuckDB replica's update wins over it by its later
     stamp, and both sites agree in either merge order."""

@@ -63,6 +63,7 @@ class SparkBatch:
     cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
     wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
     rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of base/derived has
+    revalued: frozenset[str] = frozenset()  # relations whose APP table is recomputed (crr.merge.relineaged)
 
 
 @dataclass
@@ -161,7 +162,7 @@ class SparkMaintainer:
                           for name, df in batch.derived.items()])
         for level in self._levels(view_order):
             self._parallel([lambda n=name: self._run_view(self.rels[n]) for name in level])
-        self._membership()
+        self._membership(batch.revalued)
         return self.result
 
     @staticmethod
@@ -294,14 +295,18 @@ class SparkMaintainer:
     def _visibility(self) -> DataFrame:
         return visibility(current_cl(self.txn.read(CL)), self.shape.key_versions)
 
-    def _membership(self) -> None:
+    def _membership(self, revalued: frozenset[str]) -> None:
         """Patch the APP table of every relation whose membership may have changed, or recompute them
-        when the batch's flips cannot be read off its entries (see :mod:`crr.spark.membership`)."""
+        when the batch's flips cannot be read off its entries (see :mod:`crr.spark.membership`);
+        those of ``revalued`` are recomputed whatever the batch brought them."""
         todo = []
         for rel in self.rels.values():
             lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
-            if rel.has_app and (rel.name in self.delta or lineage & self.flipped):
+            if rel.has_app and rel.name not in revalued and (rel.name in self.delta or lineage & self.flipped):
                 todo.append(rel)
+        again = [rel for rel in self.rels.values() if rel.has_app and rel.name in revalued]
+        if again:
+            self._recompute_app(again)
         cl = self.txn.read(CL)
         keyed = self.written is not None and self.keyed_batch
         if not todo:

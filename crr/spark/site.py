@@ -38,7 +38,7 @@ from crr.clock import HybridClock
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
 from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
-                       tracked_cursor, without_copies)
+                       relineaged, tracked_cursor, without_copies)
 from crr.one_thread import one_thread_at_a_time
 from crr.site_options import check_site_id, clock_skew
 from crr.spark.encoding import quote, register_udfs, spark_type
@@ -534,6 +534,7 @@ class SparkSite:
         cs, copies = without_copies(self._catalog, received(changeset))
         held, ignored = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
+        stale = relineaged(self._catalog, grown)
         learned = learned_definitions(held)
         catalog = self._catalog.with_(*(dataclasses.replace(self._catalog[n], lineage=lin) for n, lin in grown.items()))
         catalog = catalog.with_(*(dataclasses.replace(catalog[n], copied_definition=d) for n, d in learned.items()))
@@ -553,7 +554,8 @@ class SparkSite:
             if not held:
                 return SparkResult(), catalog, False
             with spark_errors():
-                result = self._maintain(txn, catalog, batch_of(self.spark, catalog, cs, held))
+                batch = dataclasses.replace(batch_of(self.spark, catalog, cs, held), revalued=stale)
+                result = self._maintain(txn, catalog, batch)
             return result, catalog, result.changed or bool(grown)
         return dataclasses.replace(self._run(work, catalog), ignored=copies + ignored)
 
