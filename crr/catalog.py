@@ -476,6 +476,10 @@ def flag_set_sql(flag: SiteFlag) -> str:
 META_SQL = f"SELECT k, v FROM {SCHEMA}.meta"
 """Every ``_crr.meta`` row ``(k, v)``: site id, storage version, counters, flags (:class:`SiteFlag`)."""
 
+META_TABLE_EXISTS_SQL = (f"SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+                         f"AND schema_name = '{SCHEMA}' AND table_name = 'meta' AND NOT temporary")
+"""Whether the file has a ``_crr.meta`` table (it is a site's file)."""
+
 META_INSERT_SQL = f"INSERT INTO {SCHEMA}.meta VALUES (?, ?)"
 """Add a ``_crr.meta`` row: parameters (key, value)."""
 

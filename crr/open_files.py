@@ -5,15 +5,18 @@ to an open file the same instance) but not the site's in-memory state: each woul
 sequence numbers, so two writes would carry the same one and a peer's cursor would skip one of
 them, and DDL through one would stay unseen by the other's catalog. So opening a file that another
 live, unclosed ``Site`` of this process holds is refused (:func:`claim`); another process is kept
-out by DuckDB's own file lock.
+out by DuckDB's own file lock. Opening runs under one lock (:func:`opening`), from the check to the
+claim, so two threads opening one file at once cannot both pass the check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+import threading
 import weakref
-from typing import Protocol
+from typing import Iterator, Protocol
 
 
 class _Holder(Protocol):
@@ -21,6 +24,16 @@ class _Holder(Protocol):
 
 
 _holders: dict[str, weakref.ref] = {}
+_opening = threading.Lock()
+
+
+@contextlib.contextmanager
+def opening() -> Iterator[None]:
+    """Hold while opening a site file: from :func:`holder`'s check to :func:`claim` (a file's key is
+    its inode once it exists, so a reservation by name could not stop a second open of a file the
+    first one just created; opening is rare and short, so the whole open takes turns)."""
+    with _opening:
+        yield
 
 
 def file_key(path: str) -> str | None:

@@ -16,13 +16,13 @@ from typing import Any, Iterable
 import duckdb
 
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
-from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, STORAGE_VERSION,
-                         Catalog, Relation, SiteFlag, relation_from_row)
+from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, META_TABLE_EXISTS_SQL,
+                         STORAGE_VERSION, Catalog, Relation, SiteFlag, relation_from_row)
 from crr.changeset import Changeset, changes_request, check_since_reached
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock
 from crr.counters import largest_seq_sql, largest_stamp_sql
-from crr.errors import CatalogError, CrrError, SiteError, SqlError
+from crr.errors import CatalogError, CrrError, SiteError, SqlError, first_line
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult, check_peer_cursor_args
 from crr.one_thread import one_thread_at_a_time
 from crr.prepared import Prepared
@@ -35,6 +35,19 @@ from crr.upgrade import upgradable, upgrade
 # threads sharing one Site take turns on its state's lock (a second thread waits for the first's
 # statement, merge or read to finish)
 _one_thread_at_a_time = one_thread_at_a_time(lambda site: site._state.lock)
+
+
+def _open_advice(error: duckdb.Error) -> str:
+    """What to do about a file DuckDB would not open (``error``)."""
+    text = str(error)
+    if "No such file or directory" in text:
+        return "check the path: its folder must exist (crr creates the file, not its folders)"
+    if "Permission denied" in text or "Read-only" in text:
+        return "check the permissions of the file and its folder: a site writes both (its file and a .wal beside it)"
+    if "not a valid DuckDB database" in text or "extension" in text.lower():
+        return "the file is not a crr site (not a DuckDB database): give a site file's path, or a new path to create one"
+    return ("if the file is damaged, restore it from a backup, or start a new site and sync it from a peer "
+            "(crr.Site(new_path).merge(peer.changes()))")
 
 
 class Site:
@@ -55,13 +68,20 @@ class Site:
         if not isinstance(self.path, str):  # bytes from os.fspath of a bytes path-like
             raise SiteError(f"a site's path is a string or a path-like object of one, not {path!r}")
         skew = clock_skew(max_clock_skew)
+        with open_files.opening():
+            self._connect(site_id, skew)
+
+    def _connect(self, site_id: str | None, skew: float) -> None:
+        """Open the file (under :func:`crr.open_files.opening`) and claim it for this site."""
         if open_files.holder(self.path) is not None:
             raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
                             "or close() it before opening the file again")
         try:
-            con = duckdb.connect(self.path)
+            # no extension loads on its own: a SQLite or Parquet path would have DuckDB fetch one
+            con = duckdb.connect(self.path, config={"autoload_known_extensions": False,
+                                                    "autoinstall_known_extensions": False})
         except duckdb.Error as e:
-            raise SiteError(f"cannot open site database {self.path}: {e}") from None
+            raise SiteError(f"cannot open site database {self.path}: {first_line(e)}; {_open_advice(e)}") from None
         con.execute("SET arrow_lossless_conversion = true")
         con.execute("SET python_enable_replacements = false")  # an unknown name is no Python variable of crr's
         con.execute("SET TimeZone = 'UTC'")  # views over TIMESTAMPTZ (a cast to DATE...) agree on every device
@@ -113,11 +133,29 @@ class Site:
         return self._state.rels
 
     # -- opening -------------------------------------------------------------------------------
+    @staticmethod
+    def _stored_meta(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+        """The file's ``_crr.meta`` rows, before any DDL; empty when it has none (a new site)."""
+        if not con.execute(META_TABLE_EXISTS_SQL).fetchall()[0][0]:
+            return {}
+        return dict(con.execute(META_SQL).fetchall())
+
+    def _check_meta(self, meta: dict[str, str], site_id: str | None) -> None:
+        """Refuse a file of another site (``site_id`` given) or of a newer storage version."""
+        if site_id is not None and meta.get("site_id") != site_id:
+            raise SiteError(f"{self.path} belongs to site {meta.get('site_id')!r}, not {site_id!r}; "
+                            "open it without site_id or with its own id")
+        if int(meta["version"]) > STORAGE_VERSION:
+            raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
+
     def _open(self, site_id: str | None) -> None:
         state = self._state
         con = state.con
         con.begin()
         try:
+            meta = self._stored_meta(con)
+            if meta:  # refused before any DDL: a newer crr's layout or another site's file stays as it is
+                self._check_meta(meta, site_id)
             for ddl in CATALOG_DDL:
                 con.execute(ddl)
             meta = dict(con.execute(META_SQL).fetchall())
@@ -125,18 +163,13 @@ class Site:
                 meta = {"site_id": site_id or f"site-{uuid.uuid4().hex[:12]}", "version": str(STORAGE_VERSION),
                         "seq": "0", "hlc": "0", **{flag.value: "false" for flag in SiteFlag}}
                 con.executemany(META_INSERT_SQL, list(meta.items()))
-            if upgradable(int(meta["version"])) and (site_id is None or meta["site_id"] == site_id):
+            if upgradable(int(meta["version"])):  # (another site's file was refused above)
                 upgrade(con, int(meta["version"]))
                 meta = dict(con.execute(META_SQL).fetchall())
             con.commit()
         except BaseException:
             con.rollback()
             raise
-        if site_id is not None and meta["site_id"] != site_id:
-            raise SiteError(f"{self.path} belongs to site {meta['site_id']!r}, not {site_id!r}; "
-                            "open it without site_id or with its own id")
-        if int(meta["version"]) > STORAGE_VERSION:
-            raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
         if int(meta["version"]) < STORAGE_VERSION:
             raise SiteError(f"{self.path} uses storage version {meta['version']}, older than this crr's "
                             f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "

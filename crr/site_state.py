@@ -60,7 +60,7 @@ def translated_errors(rewritten: bool = False) -> Iterator[None]:
         raise CrrError("the statement was interrupted (Site.interrupt); nothing was changed") from None
     except duckdb.Error as e:
         text = str(e).strip()
-        if "Corrupt database file" in text:
+        if "Corrupt database file" in text or "Could not read enough bytes" in text:  # damaged, or cut short
             raise SiteError(f"the site's database file is damaged ({text}); restore it from a backup, or start a "
                             "new site and sync it from a peer") from None
         if rewritten:

@@ -213,3 +213,87 @@ def test_a_damaged_block_is_a_site_error_saying_what_to_do(tmp_path):
         finally:
             s.close()
     assert damaged  # some block of the table's rows was read
+
+
+def test_two_threads_opening_one_file_at_once_get_one_site(tmp_path):
+    """The check that a file is not open and the claim of it were apart, the open between them: two
+    threads opening one file at once both got a Site, each counting its own sequence numbers (a peer
+    syncing by cursor then skipped a write). Now one of them is refused."""
+    import threading
+    path = tmp_path / "race.duckdb"
+    crr.Site(path, site_id="race").close()
+    for _ in range(3):
+        start, out = threading.Barrier(2), []
+
+        def open_it():
+            start.wait()
+            try:
+                out.append(crr.Site(path))
+            except crr.SiteError as e:
+                out.append(e)
+        threads = [threading.Thread(target=open_it) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sites = [x for x in out if isinstance(x, crr.Site)]
+        assert len(sites) == 1 and "already open in this process" in str(next(x for x in out if x not in sites))
+        sites[0].close()
+
+
+def _file_tables(path) -> dict:
+    con = duckdb.connect(str(path))
+    try:
+        names = con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall()
+        return {(s, t): (con.execute(f'DESCRIBE "{s}"."{t}"').fetchall(),
+                         con.execute(f'SELECT * FROM "{s}"."{t}" ORDER BY ALL').fetchall()) for s, t in names}
+    finally:
+        con.close()
+
+
+def test_a_file_of_a_newer_crr_or_another_site_is_refused_unchanged(tmp_path):
+    """The catalog's DDL ran (and committed) before the version was read: a newer crr's file, whose
+    layout dropped a column, got it back although the open was refused."""
+    path = tmp_path / "newer.duckdb"
+    with crr.Site(path, site_id="a") as s:
+        s.execute("CREATE REPLICATED TABLE r (k INT)")
+        s.execute("INSERT INTO r VALUES (1)")
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE _crr.meta SET v = '99' WHERE k = 'version'")
+    con.execute("ALTER TABLE _crr.relations DROP COLUMN orphans")  # what a later layout could do
+    con.close()
+    before = _file_tables(path)
+    for site_id, words in ((None, "newer crr .storage version 99.; upgrade crr"), ("a", "newer crr"),
+                           ("b", "belongs to site 'a', not 'b'")):
+        with pytest.raises(crr.SiteError, match=words):
+            crr.Site(path, site_id=site_id)
+        assert _file_tables(path) == before
+
+
+def test_files_duckdb_will_not_open_get_errors_saying_what_to_do(tmp_path):
+    """DuckDB's own text alone said nothing of what to do; and a SQLite file made DuckDB try to
+    download its SQLite extension (no extension loads by itself now)."""
+    import sqlite3
+    sqlite3.connect(tmp_path / "app.sqlite").execute("CREATE TABLE t (a INT)").connection.commit()
+    (tmp_path / "notes.txt").write_text("not a database\n" * 1000)
+    for path, words in ((tmp_path / "no" / "such" / "folder.duckdb", "its folder must exist"),
+                        (tmp_path / "notes.txt", "not a crr site"),
+                        (tmp_path / "app.sqlite", "not a crr site")):
+        with pytest.raises(crr.SiteError, match=words):
+            crr.Site(path)
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_file_cut_short_is_said_to_be_damaged(tmp_path):
+    """A read past the end of a truncated file was a bare 'DuckDB error: IO Error: Could not read
+    enough bytes'; it is a damaged file, with what to do about it."""
+    path = tmp_path / "whole.duckdb"
+    with crr.Site(path, site_id="w") as s:
+        s.execute("CREATE REPLICATED TABLE r (k INT, v VARCHAR)")
+        s.execute("CREATE MATERIALIZED VIEW w AS SELECT v FROM r WHERE k > 3")
+        s.insert_many("r", pa.table({"k": list(range(20000)), "v": ["x" * 30 + str(i) for i in range(20000)]}))
+    cut = tmp_path / "cut.duckdb"
+    cut.write_bytes(path.read_bytes()[:-4096])
+    with crr.Site(cut) as s:  # it opens: its last block holds rows, read by changes()
+        with pytest.raises(crr.SiteError, match="damaged.*restore it from a backup"):
+            s.changes()
