@@ -178,13 +178,24 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
                                   "at the source; a replicated table merges only replicas of itself")
     _check_key(rel, rc)
     _check_definition(rel, rc)
-    extra = [c for c in rel.not_null if c not in rc.not_null]
+    relayed = _relayed_copy(rel, rc)
+    # a relay's copy declared without the key forwards the table's rows, whose key columns hold values
+    # (a NULL is refused row by row all the same: crr.batch_rows.tuple_check_sql)
+    extra = [c for c in rel.not_null if c not in rc.not_null and not (relayed and c in rel.stated_key)]
     if extra:
         # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
+        source = ("does not" if rc.kind is ChangeKind.BASE else
+                  "(a remote copy of the table there) does not" if relayed else "(a view) cannot")
         raise SchemaMismatchError(
             f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
-            f"source {'does not' if rc.kind is ChangeKind.BASE else '(a view) cannot'} guarantee it; declare the "
-            "relation here without that NOT NULL, or NOT NULL at the source too")
+            f"source {source} guarantee it; declare the relation here without that NOT NULL, or NOT NULL at the "
+            "source too")
+
+
+def _relayed_copy(rel: Relation, rc: RelationChanges) -> bool:
+    """Whether ``rc`` are a relay's rows of its remote copy of table ``rel`` (rows of no other
+    relation's ids, stating no key: the relay declared the copy without one)."""
+    return rc.kind is ChangeKind.DERIVED and not rc.key and set(rc.lineage) <= {rel.name}
 
 
 def _check_key(rel: Relation, rc: RelationChanges) -> None:
@@ -199,7 +210,7 @@ def _check_key(rel: Relation, rc: RelationChanges) -> None:
     mine, theirs = list(rel.stated_key), list(rc.key)
     if not mine and not rel.is_base:
         return
-    if rc.kind is ChangeKind.DERIVED and not theirs and not set(rc.lineage) <= {rel.name}:
+    if rc.kind is ChangeKind.DERIVED and not theirs and not _relayed_copy(rel, rc):
         raise SchemaMismatchError(
             f"schema mismatch for relation {rel.name}: this site declares PRIMARY KEY ({', '.join(mine)}) but the "
             f"source is a view (of {', '.join(sorted(rc.lineage))}), whose rows no key constrains; declare "

@@ -120,6 +120,17 @@ def test_a_declared_key_must_be_the_sources():
     last.execute("CREATE REMOTE TABLE r (a INT PRIMARY KEY, b INT)")
     last.merge(plain.changes())                                        # a relay stating none
     assert last.execute("SELECT * FROM r ORDER BY a") == [(1, 1), (2, 2)]
+    for kind in ("TABLE", "SOURCE"):  # a relay stating neither key nor NOT NULL (`free`): refused as
+        after = crr.Site(site_id="after")  # "(a view) cannot guarantee" a NOT NULL the key implies
+        after.execute(f"CREATE REMOTE {kind} r (a INT PRIMARY KEY, b INT)")
+        after.execute("CREATE MATERIALIZED VIEW rb AS SELECT a, b FROM r")
+        after.merge(free.changes())
+        assert after.execute("SELECT * FROM rb ORDER BY a") == [(1, 1), (2, 2)]
+    said = crr.Site(site_id="said")
+    said.execute("CREATE REMOTE TABLE r (a INT PRIMARY KEY, b INT NOT NULL)")
+    with pytest.raises(crr.SchemaMismatchError, match="declares b NOT NULL but the source \\(a remote copy of the "
+                                                      "table there\\) does not guarantee it"):
+        said.merge(free.changes())
 
 
 def test_unknown_relations_are_ignored():
