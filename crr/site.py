@@ -37,6 +37,23 @@ from crr.upgrade import upgradable, upgrade
 _one_thread_at_a_time = one_thread_at_a_time(lambda site: site._state.lock)
 
 
+_DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB database file says what it is
+
+
+def _duckdb_file_or_new(path: str) -> bool:
+    """Whether ``path`` is a DuckDB database file, or names none yet (or an in-memory database, or
+    a file this process cannot read, which DuckDB's own error then explains)."""
+    if path.startswith(":memory:") or not path:
+        return True
+    offset, magic = _DUCKDB_MAGIC
+    try:
+        with open(path, "rb") as f:
+            head = f.read(offset + len(magic))
+    except OSError:
+        return True
+    return not head or head[offset:] == magic
+
+
 def _open_advice(error: duckdb.Error) -> str:
     """What to do about a file DuckDB would not open (``error``)."""
     text = str(error)
@@ -44,7 +61,7 @@ def _open_advice(error: duckdb.Error) -> str:
         return "check the path: its folder must exist (crr creates the file, not its folders)"
     if "Permission denied" in text or "Read-only" in text:
         return "check the permissions of the file and its folder: a site writes both (its file and a .wal beside it)"
-    if "not a valid DuckDB database" in text or "extension" in text.lower():
+    if "not a valid DuckDB database" in text:
         return "the file is not a crr site (not a DuckDB database): give a site file's path, or a new path to create one"
     return ("if the file is damaged, restore it from a backup, or start a new site and sync it from a peer "
             "(crr.Site(new_path).merge(peer.changes()))")
@@ -76,10 +93,11 @@ class Site:
         if open_files.holder(self.path) is not None:
             raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
                             "or close() it before opening the file again")
+        if not _duckdb_file_or_new(self.path):  # (DuckDB would fetch an extension to read a SQLite file)
+            raise SiteError(f"cannot open site database {self.path}: it is not a DuckDB database; give a crr "
+                            "site file's path, or a new path to create one")
         try:
-            # no extension loads on its own: a SQLite or Parquet path would have DuckDB fetch one
-            con = duckdb.connect(self.path, config={"autoload_known_extensions": False,
-                                                    "autoinstall_known_extensions": False})
+            con = duckdb.connect(self.path)
         except duckdb.Error as e:
             raise SiteError(f"cannot open site database {self.path}: {first_line(e)}; {_open_advice(e)}") from None
         con.execute("SET arrow_lossless_conversion = true")

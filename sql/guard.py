@@ -28,7 +28,7 @@ from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
-from crr.errors import SqlError, UnsupportedSqlError
+from crr.errors import SqlError, UnsupportedSqlError, first_line
 from crr.sql.parse import DIALECT, fold_identifier, normalize_name, parse_one, statement_count_error
 
 
@@ -159,6 +159,17 @@ def _duck_types(sql: str) -> list[str] | None:
             return [s.type.name for s in _duck().extract_statements(sql)]
         except duckdb.Error:
             return None
+
+
+def duckdb_parse_error(sql: str) -> str | None:
+    """The first line of DuckDB's parser error for ``sql``, or None when DuckDB's parser reads it
+    (sqlglot reads some text DuckDB refuses, and gives it a meaning of its own)."""
+    with _duck_lock:
+        try:
+            _duck().extract_statements(sql)
+        except duckdb.Error as e:
+            return first_line(e)
+    return None
 
 
 _builtins: frozenset[str] | None = None

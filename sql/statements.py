@@ -18,7 +18,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
-from crr.sql.guard import Effects, is_plain_dml, statement_effects
+from crr.sql.guard import Effects, duckdb_parse_error, is_plain_dml, statement_effects
 from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_name, parse_one, without_leading_blank
 
 __all__ = [
@@ -306,6 +306,9 @@ def _create_view(sql: str) -> CreateView:
             parse_one(body[query.start(1):])
     if not isinstance(tree, exp.Create) or tree.expression is None:
         raise SqlError("CREATE MATERIALIZED VIEW needs a query: CREATE MATERIALIZED VIEW name AS SELECT ...")
+    refused = duckdb_parse_error(body)
+    if refused:  # a view means what DuckDB makes of its text (sqlglot reads BETWEEN SYMMETRIC, DuckDB does not)
+        raise SqlError(f"DuckDB cannot read the query of view {tree.this.name}: {refused}; write it in DuckDB's SQL")
     target = tree.this
     if isinstance(target, exp.Schema):
         raise UnsupportedSqlError("a column list after the view name is not supported; name the columns with AS in the query")

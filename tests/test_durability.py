@@ -272,13 +272,13 @@ def test_a_file_of_a_newer_crr_or_another_site_is_refused_unchanged(tmp_path):
 
 def test_files_duckdb_will_not_open_get_errors_saying_what_to_do(tmp_path):
     """DuckDB's own text alone said nothing of what to do; and a SQLite file made DuckDB try to
-    download its SQLite extension (no extension loads by itself now)."""
+    download its SQLite extension (a file without DuckDB's mark is refused before DuckDB reads it)."""
     import sqlite3
     sqlite3.connect(tmp_path / "app.sqlite").execute("CREATE TABLE t (a INT)").connection.commit()
     (tmp_path / "notes.txt").write_text("not a database\n" * 1000)
     for path, words in ((tmp_path / "no" / "such" / "folder.duckdb", "its folder must exist"),
-                        (tmp_path / "notes.txt", "not a crr site"),
-                        (tmp_path / "app.sqlite", "not a crr site")):
+                        (tmp_path / "notes.txt", "not a DuckDB database; give a crr site file"),
+                        (tmp_path / "app.sqlite", "not a DuckDB database; give a crr site file")):
         with pytest.raises(crr.SiteError, match=words):
             crr.Site(path)
     assert not (tmp_path / "no").exists()
