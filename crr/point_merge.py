@@ -100,6 +100,8 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
         if row is None or entry is None or any(row[i] is None for i in not_null):
             return None  # a value Python does not write, an id twice or without its entry, a NULL refused
         name, length, kh, stamp = entry
+        if kh is not None and stamp is None:
+            return None  # a keyed entry without a stamp: the general path refuses it
         stamp = _u128(stamp) if stamp is not None else 0
         if name != rel.name or length != 1 or stamp > latest or tuple_id != tuple_id_of_texts(rel.name, rel.columns, row):
             return None  # another relation's entry, a later length, a stamp too far ahead, a forged id

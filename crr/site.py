@@ -159,12 +159,18 @@ class Site:
         return dict(con.execute(META_SQL).fetchall())
 
     def _check_meta(self, meta: dict[str, str], site_id: str | None) -> None:
-        """Refuse a file of another site (``site_id`` given) or of a newer storage version."""
+        """Refuse a file of another site (``site_id`` given), of a newer storage version, or of an older
+        one this crr cannot upgrade."""
         if site_id is not None and meta.get("site_id") != site_id:
             raise SiteError(f"{self.path} belongs to site {meta.get('site_id')!r}, not {site_id!r}; "
                             "open it without site_id or with its own id")
-        if int(meta["version"]) > STORAGE_VERSION:
-            raise SiteError(f"{self.path} was written by a newer crr (storage version {meta['version']}); upgrade crr")
+        version = int(meta["version"])
+        if version > STORAGE_VERSION:
+            raise SiteError(f"{self.path} was written by a newer crr (storage version {version}); upgrade crr")
+        if version < STORAGE_VERSION and not upgradable(version):
+            raise SiteError(f"{self.path} uses storage version {version}, older than this crr's "
+                            f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
+                            "(site.merge(peer.changes()))")
 
     def _open(self, site_id: str | None) -> None:
         state = self._state
@@ -172,7 +178,7 @@ class Site:
         con.begin()
         try:
             meta = self._stored_meta(con)
-            if meta:  # refused before any DDL: a newer crr's layout or another site's file stays as it is
+            if meta:  # refused before any DDL: another site's file, or one of a layout not this crr's, stays as it is
                 self._check_meta(meta, site_id)
             for ddl in CATALOG_DDL:
                 con.execute(ddl)
@@ -188,10 +194,6 @@ class Site:
         except BaseException:
             con.rollback()
             raise
-        if int(meta["version"]) < STORAGE_VERSION:
-            raise SiteError(f"{self.path} uses storage version {meta['version']}, older than this crr's "
-                            f"{STORAGE_VERSION}; create a fresh site and merge a peer's full state into it "
-                            "(site.merge(peer.changes()))")
         self.site_id: str = meta["site_id"]
         state.site_id = self.site_id
         state.catalog = Catalog(flags=frozenset(flag for flag in SiteFlag if meta.get(flag.value) != "false"))

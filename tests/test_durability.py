@@ -251,20 +251,25 @@ def _file_tables(path) -> dict:
         con.close()
 
 
-def test_a_file_of_a_newer_crr_or_another_site_is_refused_unchanged(tmp_path):
+@pytest.mark.parametrize("version", ["99", "too old"])
+def test_a_file_of_a_layout_not_this_crrs_or_of_another_site_is_refused_unchanged(tmp_path, version):
     """The catalog's DDL ran (and committed) before the version was read: a newer crr's file, whose
-    layout dropped a column, got it back although the open was refused."""
-    path = tmp_path / "newer.duckdb"
+    layout dropped a column, got it back although the open was refused (so did a file too old to
+    upgrade, which lacked the column)."""
+    from crr.upgrade import OLDEST_UPGRADABLE
+    stored = version if version != "too old" else str(OLDEST_UPGRADABLE - 1)
+    path = tmp_path / "other.duckdb"
     with crr.Site(path, site_id="a") as s:
         s.execute("CREATE REPLICATED TABLE r (k INT)")
         s.execute("INSERT INTO r VALUES (1)")
     con = duckdb.connect(str(path))
-    con.execute("UPDATE _crr.meta SET v = '99' WHERE k = 'version'")
-    con.execute("ALTER TABLE _crr.relations DROP COLUMN orphans")  # what a later layout could do
+    con.execute("UPDATE _crr.meta SET v = ? WHERE k = 'version'", [stored])
+    con.execute("ALTER TABLE _crr.relations DROP COLUMN orphans")  # a layout without it
     con.close()
     before = _file_tables(path)
-    for site_id, words in ((None, "newer crr .storage version 99.; upgrade crr"), ("a", "newer crr"),
-                           ("b", "belongs to site 'a', not 'b'")):
+    said = (f"newer crr .storage version {stored}.; upgrade crr" if version == "99"
+            else f"storage version {stored}, older than this crr's")
+    for site_id, words in ((None, said), ("a", said), ("b", "belongs to site 'a', not 'b'")):
         with pytest.raises(crr.SiteError, match=words):
             crr.Site(path, site_id=site_id)
         assert _file_tables(path) == before
