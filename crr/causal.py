@@ -50,9 +50,10 @@ class KeyHashSource:
     """The received tuples of one keyed table (replicated, or a remote copy or source of one), read
     to recompute their key hashes."""
 
-    table: str  # where the tuples ``(id, cols...)`` are read (an Arrow slot's name)
+    table: str  # where the tuples ``(id, cols...)`` are read (an Arrow slot's name, or a loaded table)
     relation: str
     key_columns: tuple[Column, ...]  # the key's AUG columns
+    id_column: str = "id"  # the tuples' id column (``vid``: a relay's rows of its copy of the table)
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,8 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
     joined = f"(SELECT * FROM {entries.table} WHERE rel IN ({rels}))"
     kh = "e.kh"
     if entries.key_hashes:
-        computed = " UNION ALL ".join(f"SELECT id, {key_hash_sql(k.relation, list(k.key_columns))} AS kh FROM {k.table}"
-                                      for k in entries.key_hashes)
+        computed = " UNION ALL ".join(f"SELECT {k.id_column} AS id, {key_hash_sql(k.relation, list(k.key_columns))} AS kh "
+                                      f"FROM {k.table}" for k in entries.key_hashes)
         joined = f"(SELECT e.*, h.kh AS computed FROM {joined} e LEFT JOIN ({computed}) h ON h.id = e.id)"
         kh = ("CASE WHEN e.computed IS NOT NULL AND e.kh IS DISTINCT FROM e.computed THEN "
               "error('crr: the key hash of a tuple of ' || e.rel || ' does not match its key values; the "

@@ -192,6 +192,18 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
             "source too")
 
 
+def table_key(rel: Relation, rc: RelationChanges) -> list[str] | None:
+    """The key of the replicated table whose rows ``rc`` brings remote relation ``rel`` (empty: it
+    has none), or None when the changes do not say: a view's rows, or a relay's rows of its copy of
+    the table that neither it nor this site declares keyed (a relay declared without the key
+    forwards keyed entries all the same). A relay's rows are the table's tuples, its vids their ids."""
+    if rc.kind is ChangeKind.BASE:
+        return list(rc.key)
+    if set(rc.lineage) <= {rel.name}:
+        return list(rc.key) or list(rel.stated_key) or None
+    return None
+
+
 def _relayed_copy(rel: Relation, rc: RelationChanges) -> bool:
     """Whether ``rc`` are a relay's rows of its remote copy of table ``rel`` (rows of no other
     relation's ids, stating no key: the relay declared the copy without one)."""
@@ -388,6 +400,21 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
     replica_tuples: dict[str, Rows] = {}
     tupled: list[pa.ChunkedArray] = []  # ids of the received tuples of replicated tables ...
     keyed_tupled: list[pa.ChunkedArray] = []  # ... and of keyed ones (their entries' key hashes are recomputed)
+    # remote relations holding a replicated table's rows whose entries must carry key hashes, or none
+    keyed_remotes: set[str] = set()
+    unkeyed_remotes: set[str] = set()
+
+    def copy_of_table(rel: Relation, rc: RelationChanges, table: str, id_column: str) -> None:
+        """Note the key of the table whose rows ``rc`` brings remote relation ``rel`` (read from ``table``)."""
+        key = table_key(rel, rc)
+        if key:
+            keyed_remotes.add(rel.name)
+            if not rc.empty:
+                remote_keys[rel.name] = KeyHashSource(table, rel.name, tuple(
+                    a for a, c in zip(rel.aug_columns, rel.columns) if c.name in key), id_column)
+        elif key is not None:
+            unkeyed_remotes.add(rel.name)
+
     for i, (rel, rc) in enumerate(held):
         lineage |= set(rc.lineage)
         idcol = "id" if rc.kind is ChangeKind.BASE else "vid"
@@ -396,6 +423,8 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if rc.kind is ChangeKind.BASE:
             # base tuples are read once (by one anti-join or one delta query): straight from Arrow, checked there
             view = inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
+            if not rel.is_base:
+                copy_of_table(rel, rc, view, idcol)
             if rc.empty:
                 continue  # nothing to add or derive from: only the columns are checked
             received = Rows(view, RowsKind.RECEIVED, idcol)
@@ -406,9 +435,6 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                     key_hashes.append(KeyHashSource(view, rel.name, tuple(rel.key_aug_columns)))
                     keyed_tupled.append(tupled[-1])
                 continue
-            if rc.key:  # a keyed table's rows, at a remote copy or source: as keyed as at their source
-                remote_keys[rel.name] = KeyHashSource(view, rel.name, tuple(
-                    a for a, c in zip(rel.aug_columns, rel.columns) if c.name in rc.key))
             if rel.name in homes:
                 colocated_tuples[rel.name] = received
             elif rel.name in replicas:
@@ -421,9 +447,11 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         if rc.empty:  # nothing to add or derive from: only the columns are checked
             inputs.register(f"_crr_in_t{i}", rc.tuples, expected, rc.name)
             inputs.register(f"_crr_in_m{i}", rc.monos, MONOMIAL_COLUMNS, rc.name)
+            copy_of_table(rel, rc, "", as_id)
             continue
         tuples = inputs.load(f"_crr_in_t{i}", rc.tuples, expected, rc.name,
                              f"{tuple_check_sql(rel, idcol)} AS {as_id}, {cols_sql(rel)}")
+        copy_of_table(rel, rc, tuples, as_id)  # a relay's copy: its rows' vids are the table's tuple ids
         monos = inputs.load(f"_crr_in_m{i}", rc.monos, MONOMIAL_COLUMNS, rc.name,
                             "vid, CASE WHEN ids IS NULL OR len(ids) = 0 OR list_contains(ids, NULL) "
                             "THEN error('crr: a monomial without ids') ELSE ids END AS ids")
@@ -449,14 +477,11 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         wanted.update({name: ({name}, remote_key(name), replica.elsewhere(replica_rels, name))
                        for name in replicas if name in interest})
         named = set(cs.cl.column("rel").unique().to_pylist())
-        # relations whose entries must carry key hashes: keyed replicated tables, and a remote copy or
-        # source whose changes state a key (a relay declared without one forwards keyed entries too,
-        # so a remote relation is never taken for unkeyed)
-        keyed_remotes = frozenset(rel.name for rel, rc in held if rc.kind is ChangeKind.BASE and rc.key and not rel.is_base)
         for home, (relations, sources, elsewhere) in wanted.items():
             if named & relations:
                 entries = received_entries(catalog, view, cs.cl if named <= relations else _of(cs.cl, relations),
-                                    frozenset(relations), sources, max_clock_skew, elsewhere, keyed_remotes)
+                                    frozenset(relations), sources, max_clock_skew, elsewhere,
+                                    frozenset(keyed_remotes), frozenset(unkeyed_remotes))
                 if entries is not None:
                     by_home[home] = entries
     if "" in by_home and not catalog.unchecked_entries:  # else neither is read (crr.maintain._merge_cl)
@@ -499,11 +524,13 @@ def _of(cl: pa.Table, relations: set[str]) -> pa.Table:
 
 def received_entries(catalog: Catalog, table: str, cl: pa.Table, relations: frozenset[str],
               key_hashes: tuple[KeyHashSource, ...], max_clock_skew: float,
-              elsewhere: tuple[str, ...], keyed_remotes: frozenset[str] = frozenset()) -> ReceivedEntries | None:
+              elsewhere: tuple[str, ...], keyed_remotes: frozenset[str] = frozenset(),
+              unkeyed_remotes: frozenset[str] = frozenset()) -> ReceivedEntries | None:
     """The :class:`~crr.causal.ReceivedEntries` of the entries ``cl`` (read from ``table``) this site
     takes for ``relations``; None when there are none. ``cl`` decides the MERGE's form (which entries
-    are keyed, whether two share a key). ``keyed_remotes``: remote relations the changeset says are
-    keyed, whose entries must carry key hashes as a keyed replicated table's do."""
+    are keyed, whether two share a key). ``keyed_remotes``, ``unkeyed_remotes``: remote relations
+    holding a table's rows the changeset says are keyed, or not (:func:`table_key`), whose entries
+    must carry key hashes, or none, as a replicated table's do."""
     if not cl.num_rows or not relations:
         return None
     kh = id_storage(cl.column("kh"))
@@ -511,7 +538,7 @@ def received_entries(catalog: Catalog, table: str, cl: pa.Table, relations: froz
     return ReceivedEntries(
         table=table, relations=relations,
         keyed=frozenset(r.name for r in catalog.values() if r.is_base and r.key) | keyed_remotes,
-        unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key),
+        unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key) | unkeyed_remotes,
         key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
         one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,

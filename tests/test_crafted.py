@@ -382,15 +382,26 @@ def test_keyed_entries_without_a_stamp_are_refused():
         assert state(site) == before
 
 
-@pytest.mark.parametrize("home", TIE_HOMES, ids=list(TIE_HOMES))
-def test_forged_key_hashes_are_refused_wherever_the_table_is_held(home):
+RELAYS = {"": "from the table's site", "REMOTE TABLE k (id INT, v VARCHAR)": "through a relay without the key",
+          "REMOTE TABLE k (id INT PRIMARY KEY, v VARCHAR)": "through a keyed relay"}
+
+
+# (a replicated table merges only its replicas' changes: a relay's are refused)
+@pytest.mark.parametrize("home,relay", [(h, r) for h in TIE_HOMES for r in RELAYS if h != "replicated" or not r],
+                         ids=[f"{h}, {RELAYS[r]}" for h in TIE_HOMES for r in RELAYS if h != "replicated" or not r])
+def test_forged_key_hashes_are_refused_wherever_the_table_is_held(home, relay):
     """A remote copy or source of a keyed table took entries under any key hash (its key hashes
-    were never recomputed): an old version made present under another key hash showed the key twice,
-    and the honest changes were refused for good afterwards."""
+    were never recomputed, nor those of a relay's rows): an old version made present under another
+    key hash showed the key twice, and the honest changes were refused for good afterwards."""
     a = crr.Site(site_id="a")
     a.execute("CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)")
     a.execute("INSERT INTO k VALUES (1, 'old')")
     a.execute("UPDATE k SET v = 'new' WHERE id = 1")
+    if relay:  # a peer's remote copy passes the rows on (as a view's rows, with the table's ids)
+        hop = crr.Site(site_id="hop")
+        hop.execute(f"CREATE {relay}")
+        hop.merge(a.changes())
+        a = hop
     honest = a.changes()
     b = crr.Site(site_id="b")
     b.execute(TIE_HOMES[home])
@@ -446,3 +457,23 @@ def test_a_lineage_stated_too_narrow_is_made_good_by_the_true_one_in_any_order(o
         c.merge(cs.to_bytes())
     expected = ["x", "y"] if order != "a flip between" else ["y"]
     assert app(c, "vp") == [(b,) for b in expected] and app(c, "w") == [(b + "!",) for b in expected]
+
+
+@pytest.mark.parametrize("home", TIE_HOMES, ids=list(TIE_HOMES))
+def test_key_hashes_forged_onto_an_unkeyed_tables_entries_are_refused_wherever_it_is_held(home):
+    """A replicated table refused them; a remote copy or source took them, so two rows forged under
+    one key hash showed one of them, and the honest changes were refused after it."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE k (id INT, v VARCHAR)")
+    a.execute("INSERT INTO k VALUES (1, 'x'), (2, 'y')")
+    b = crr.Site(site_id="b")
+    b.execute(TIE_HOMES[home].replace(" PRIMARY KEY", ""))
+    b.execute("CREATE MATERIALIZED VIEW kv AS SELECT id, v FROM k")
+    before = every_table(b)
+    cs = a.changes()
+    cs.cl = edit(cs.cl, "SELECT id, rel, cl, 7::UHUGEINT AS kh, stamp FROM x")
+    with pytest.raises(crr.ChangesetError, match="entry of unkeyed table k has a key hash"):
+        b.merge(cs.to_bytes())
+    assert every_table(b) == before
+    b.merge(a.changes().to_bytes())
+    assert app(b, "kv") == [(1, "x"), (2, "y")]
