@@ -282,6 +282,8 @@ def relineaged(catalog: Catalog, grown: dict[str, frozenset[str]]) -> frozenset[
     which may have arrived since, flipped none of their tuples; a lineage stated too narrow (a
     forged changeset) would otherwise leave tuples out for good, depending on the order of merges."""
     stale = {name for name in grown if catalog[name].lineage}
+    if not stale:
+        return frozenset()
     for view in catalog.views():  # an input is created before the views reading it
         plan = catalog[view].plan
         if plan is not None and stale & set(plan.inputs):

@@ -112,7 +112,9 @@ class SiteState:
         # statement another thread runs (read_committed); its own lock, as it is one connection too
         self._reader: duckdb.DuckDBPyConnection | None = None
         self._reader_lock = threading.Lock()
-        # caches, each valid until crr DDL changes the catalog (forget_statements)
+        # caches, each valid until crr DDL changes the catalog (forget_statements), but ``widths``,
+        # which DDL keeps up to date itself (a DROP forgets the relation's, a new view records its own)
+        # and a rolled-back transaction clears
         self.widths: dict[str, tuple[int, int]] = {}  # monomial lengths of relations (see Maintainer)
         self.parsed: dict[str, Dml] = {}  # statement text -> parsed DML (a small cache)
         self.rewritten: dict[int, dml.RowQueries] = {}  # id(parsed DML) -> its row queries

@@ -152,24 +152,27 @@ def _duck() -> duckdb.DuckDBPyConnection:
     return _duck_con[1]
 
 
-def _duck_types(sql: str) -> list[str] | None:
-    """DuckDB's statement types for ``sql`` (one per statement), or None if DuckDB's parser refuses it."""
+def _duck_parse(sql: str) -> list[str] | str:
+    """DuckDB's statement types for ``sql`` (one per statement), or the first line of its parser's
+    error when it refuses the text."""
     with _duck_lock:
         try:
             return [s.type.name for s in _duck().extract_statements(sql)]
-        except duckdb.Error:
-            return None
+        except duckdb.Error as e:
+            return first_line(e)
+
+
+def _duck_types(sql: str) -> list[str] | None:
+    """DuckDB's statement types for ``sql`` (one per statement), or None if DuckDB's parser refuses it."""
+    parsed = _duck_parse(sql)
+    return None if isinstance(parsed, str) else parsed
 
 
 def duckdb_parse_error(sql: str) -> str | None:
     """The first line of DuckDB's parser error for ``sql``, or None when DuckDB's parser reads it
     (sqlglot reads some text DuckDB refuses, and gives it a meaning of its own)."""
-    with _duck_lock:
-        try:
-            _duck().extract_statements(sql)
-        except duckdb.Error as e:
-            return first_line(e)
-    return None
+    parsed = _duck_parse(sql)
+    return parsed if isinstance(parsed, str) else None
 
 
 _builtins: frozenset[str] | None = None
