@@ -36,19 +36,12 @@ generating code (its own tests run both modes; the results are the same by Spark
 benchmarks run Spark's defaults."""
 
 
-SPARK_GROUPS = 2
-"""How many pytest-xdist groups the Spark tests are dealt into: each group runs in one worker and
-shares that worker's SparkSession (one JVM). One group left the Spark tests' worker running long
-after the other had finished (stop 49: about one core busy over a 20-minute run)."""
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n auto --dist loadgroup``, as CI runs the suite), the Spark tests are
-    dealt into :data:`SPARK_GROUPS` groups, in turn, so that each worker running some shares one
-    SparkSession among them, as a serial run does."""
-    spark = [item for item in items if "spark" in item.nodeid.lower()]
-    for n, item in enumerate(spark):
-        item.add_marker(pytest.mark.xdist_group(f"spark{n % SPARK_GROUPS}"))
+    """Under pytest-xdist (``-n auto --dist loadgroup``, as CI runs the suite), the Spark tests run
+    in one worker, so they share one SparkSession (one JVM) as they do in a serial run."""
+    for item in items:
+        if "spark" in item.nodeid.lower():
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def general_merges(patch: pytest.MonkeyPatch) -> None:
