@@ -38,6 +38,7 @@ _one_thread_at_a_time = one_thread_at_a_time(lambda site: site._state.lock)
 
 
 _DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB database file says what it is
+_NOT_DUCKDB = "it is not a DuckDB database; give a crr site file's path, or a new path to create one"
 
 
 def _duckdb_file_or_new(path: str) -> bool:
@@ -62,7 +63,7 @@ def _open_advice(error: duckdb.Error) -> str:
     if "Permission denied" in text or "Read-only" in text:
         return "check the permissions of the file and its folder: a site writes both (its file and a .wal beside it)"
     if "not a valid DuckDB database" in text:
-        return "the file is not a crr site (not a DuckDB database): give a site file's path, or a new path to create one"
+        return _NOT_DUCKDB
     return ("if the file is damaged, restore it from a backup, or start a new site and sync it from a peer "
             "(crr.Site(new_path).merge(peer.changes()))")
 
@@ -94,8 +95,7 @@ class Site:
             raise SiteError(f"{self.path} is already open in this process by another crr.Site; use that object, "
                             "or close() it before opening the file again")
         if not _duckdb_file_or_new(self.path):  # (DuckDB would fetch an extension to read a SQLite file)
-            raise SiteError(f"cannot open site database {self.path}: it is not a DuckDB database; give a crr "
-                            "site file's path, or a new path to create one")
+            raise SiteError(f"cannot open site database {self.path}: {_NOT_DUCKDB}")
         try:
             con = duckdb.connect(self.path)
         except duckdb.Error as e:
