@@ -25,15 +25,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", TEST_JVM_ARGS)
 
 
-TEST_JVM_ARGS = ("--driver-java-options -XX:TieredStopAtLevel=1 --conf spark.sql.codegen.wholeStage=false "
-                 "--conf spark.sql.codegen.factoryMode=NO_CODEGEN pyspark-shell")
+TEST_JVM_ARGS = ("--driver-java-options '-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m' "
+                 "--conf spark.sql.codegen.wholeStage=false --conf spark.sql.codegen.factoryMode=NO_CODEGEN pyspark-shell")
 """How the tests' JVMs run Spark (``PYSPARK_SUBMIT_ARGS``, which the children the tests start inherit;
 one set in the environment is kept: ``PYSPARK_SUBMIT_ARGS=pyspark-shell`` runs Spark's defaults).
 The tests' plans are many and their data small, so a JVM spent most of its CPU compiling: its C2
 JIT compiler (26 s of 50 s of CPU in one 66 s test) and the code Spark generates for every new plan,
 which the JVM compiles again. Here the JIT stops at C1 and Spark evaluates expressions without
-generating code (its own tests run both modes; the results are the same by Spark's contract). The
-benchmarks run Spark's defaults."""
+generating code (its own tests run both modes; the results are the same by Spark's contract). A JVM
+stopping at C1 reserves 48 MB for compiled code (a tiered one 240 MB): the suite's JVM filled it in
+about a minute ("CodeCache is full. Compiler has been disabled"), then spent CPU flushing and compiling
+again; with 240 MB, tests/test_spark_membership.py and tests/test_spark_expressions.py ran in 125-128 s
+against 147-148 s (two alternating runs each). The benchmarks run Spark's defaults."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
