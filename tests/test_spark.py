@@ -648,6 +648,28 @@ def test_compaction_keeps_each_ids_current_entry(spark, tmp_path, monkeypatch):
     assert later.cl.num_rows == 2
 
 
+def test_a_transactions_reads_follow_its_parts(spark, tmp_path):
+    """A transaction reads a table again as the same DataFrame while its parts are the same, and as its
+    new content once a part is appended or the table replaced (the read cache never serves stale parts)."""
+    from crr.spark.store import Store
+    store = Store(spark, str(tmp_path / "store"))
+    txn = store.transaction()
+    txn.create("t", "a INT")
+    assert txn.read("t").count() == 0
+    txn.append("t", spark.createDataFrame([(1,), (2,)], "a INT"))
+    first = txn.read("t")
+    assert first is txn.read("t")  # unchanged parts: the same frame
+    txn.append("t", spark.createDataFrame([(3,)], "a INT"))
+    assert sorted(r.a for r in txn.read("t").collect()) == [1, 2, 3]
+    txn.replace("t", spark.createDataFrame([(9,)], "a INT"))
+    assert [r.a for r in txn.read("t").collect()] == [9]
+    txn.drop("t")
+    txn.create("t", "a INT, b STRING")  # the same key, another schema: read anew
+    assert txn.read("t").columns == ["a", "b"] and txn.read("t").count() == 0
+    txn.commit()
+    store.close()
+
+
 def aug_cl(site: crr.Site) -> list[tuple]:
     return site.execute("SELECT id, rel, cl FROM _crr.cl ORDER BY id")
 

@@ -170,3 +170,47 @@ def test_counted_app_tables_keep_float_values_bit_for_bit(spark, tmp_path):
         assert signs(_rows(site, name)) == signs(_rows(duck, name)), name
     assert (-1.0, -1.0) in signs(_rows(site, "v"))
     site.close()
+
+
+SMALL_MERGE_JOBS = 60
+"""At most how many Spark jobs a small merge runs at a warm site holding ``r``, ``s``, a projection
+and a join view (the README's "Large views on Spark" quotes it): each job has a fixed cost, and a
+small merge costs its number of jobs."""
+
+
+def test_a_small_merge_runs_the_documented_spark_jobs_all_in_the_callers_job_group(spark, tmp_path):
+    edge = crr.Site(site_id="edge")
+    site = SparkSite(spark, str(tmp_path / "site"), site_id="cloud")
+    for stmt in DDL:
+        edge.execute(stmt)
+        site.execute(stmt)
+    for stmt in VIEWS:
+        site.execute(stmt)
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+
+    def last_job(group: str) -> int:
+        sc.setJobGroup(group, group)
+        sc.parallelize([1], 1).count()
+        return max(tracker.getJobIdsForGroup(group))
+
+    counts = []
+    for step in range(4):
+        cursor = edge.cursor
+        edge.execute(f"INSERT INTO s VALUES ({step}, 'n{step}')")
+        edge.execute("INSERT INTO r VALUES " + ", ".join(f"({20 * step + i}, {i % 5})" for i in range(20)))
+        if step:
+            edge.execute(f"DELETE FROM r WHERE k < {20 * step} AND k % 3 = 0")
+        cs = edge.changes(since=cursor).to_bytes()
+        before = last_job(f"crr-before-{step}")
+        sc.setJobGroup(f"crr-merge-{step}", "a small merge")
+        site.merge(cs)
+        ran = len(tracker.getJobIdsForGroup(f"crr-merge-{step}"))
+        after = last_job(f"crr-after-{step}")
+        assert ran == after - before - 1  # every job the merge ran, in any of its threads, was in the group
+        counts.append(ran)
+    sc.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert max(counts[1:]) <= SMALL_MERGE_JOBS, counts
+    assert sorted(tuple(r) for r in site.table("j").collect()) == sorted(
+        edge.execute("SELECT r.k, s.name FROM r JOIN s ON r.g = s.g"))
+    site.close()

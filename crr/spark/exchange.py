@@ -129,6 +129,8 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
             batch.cl_relations = rels
             batch.cl_rows = cs.cl.num_rows
             batch.cl_keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
+            kh = hugeint_to_binary(cs.cl.column("kh"))
+            batch.cl_one_per_key = pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
     return batch
 
 

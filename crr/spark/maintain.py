@@ -28,7 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import pyspark
 from pyspark.sql import DataFrame, SparkSession, functions as F
+from pyspark.util import inheritable_thread_target
 from sqlglot import exp
 
 from crr.catalog import Catalog, Relation
@@ -36,13 +38,14 @@ from crr.errors import SqlError, ViewQueryError, first_line
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
-from crr.spark.membership import (count_changes, full_counts, key_versions, parity_flips, patched_base_app,
-                                  patched_counts, summed_changes, visible_after)
+from crr.spark.membership import (base_lookups, changed_monomials, count_changes, full_counts, key_versions,
+                                  parity_flips, patched_base_app, patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
 from crr.spark.tables import (BROADCAST_ROWS, CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app,
-                              current_cl, monos_key, small_side, tuples_key, union_all, visibility)
+                              current_cl, kept_rows, monos_key, small_side, tuples_key, union_all, visibility)
 
 _names = itertools.count()
+_PYSPARK_MAJOR = int(pyspark.__version__.split(".")[0])
 PARALLEL_JOBS = 4  # independent steps run at once (see SparkMaintainer._parallel)
 
 FORGED_ENTRIES = ("crr: causal-length entries disagree about a tuple's relation or key hash; the changeset is "
@@ -53,7 +56,8 @@ FORGED_ENTRIES = ("crr: causal-length entries disagree about a tuple's relation 
 class SparkBatch:
     """AUG changes to apply: causal-length entries ``(id, rel, cl, kh, stamp)``, at most one per id (a
     changeset's validation refuses repeated ids; a local write's are distinct), base tuples
-    ``(id, cols...)`` per replicated table, and derivations ``(vid, ids, cols...)`` per remote relation."""
+    ``(id, cols...)`` per replicated table, one row per id (a changeset's validation refuses repeated
+    ids, a local write's are deduplicated), and derivations ``(vid, ids, cols...)`` per remote relation."""
 
     cl: DataFrame | None = None
     cl_relations: set[str] = field(default_factory=set)  # the relations ``cl``'s entries may name
@@ -61,6 +65,7 @@ class SparkBatch:
     derived: dict[str, DataFrame] = field(default_factory=dict)
     cl_rows: int | None = None  # at most how many entries ``cl`` holds (None: unknown)
     cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
+    cl_one_per_key: bool = False  # whether no two entries of ``cl`` carry one key hash (True only when known)
     wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
     rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of base/derived has
     revalued: frozenset[str] = frozenset()  # relations whose APP table is recomputed (crr.merge.relineaged)
@@ -117,6 +122,7 @@ class SparkMaintainer:
         self.flipped: set[str] = set()  # base relations some of whose entries grew
         self.written: DataFrame | None = None  # the entries step 1 wrote, with ``o_cl`` (a local checkpoint)
         self.keyed_batch = False  # whether some entry of the batch may carry a key hash
+        self.one_per_key = False  # whether no two entries of the batch are known to share a key hash
         self.small = False  # whether the batch's entries are few enough to broadcast (BROADCAST_ROWS)
         self._temp: list[str] = []
         self._kept: list[DataFrame] = []
@@ -153,6 +159,7 @@ class SparkMaintainer:
         self.txn.meta["shape"] = self.shape.to_meta()  # committed with the batch
         if batch.cl is not None:
             self.keyed_batch = batch.cl_keyed
+            self.one_per_key = batch.cl_one_per_key
             self._merge_cl(batch.cl, batch.cl_relations, batch.cl_rows)
         def small(name: str) -> bool:
             return batch.rows.get(name, BROADCAST_ROWS + 1) <= BROADCAST_ROWS
@@ -165,16 +172,19 @@ class SparkMaintainer:
         self._membership(batch.revalued)
         return self.result
 
-    @staticmethod
-    def _parallel(jobs: list) -> None:
+    def _parallel(self, jobs: list) -> None:
         """Run independent steps at once (each is one or more Spark jobs), so Spark overlaps their
-        scheduling and small tasks; the first failure is raised once all have stopped."""
+        scheduling and small tasks; the first failure is raised once all have stopped. Each thread
+        takes the calling thread's Spark properties and tags (its job group, scheduler pool, job
+        description), so the merge's jobs are the caller's wherever they run."""
         if len(jobs) <= 1:
             for job in jobs:
                 job()
             return
+        # PySpark 4 carries the session's tags too; 3.5 takes the thread target only
+        inherit = inheritable_thread_target(self.spark) if _PYSPARK_MAJOR >= 4 else inheritable_thread_target
         with ThreadPoolExecutor(max_workers=PARALLEL_JOBS) as pool:
-            futures = [pool.submit(job) for job in jobs]
+            futures = [pool.submit(inherit(job)) for job in jobs]
         for f in futures:
             f.result()
 
@@ -237,7 +247,6 @@ class SparkMaintainer:
         """Append the base tuples ``rel`` lacks; they are its delta. ``small``: ``tuples`` can be
         broadcast (at most :data:`BROADCAST_ROWS` rows)."""
         key = tuples_key(rel)
-        tuples = tuples.dropDuplicates(["id"])
         stored = self.txn.read(key).select("id").join(small_side(tuples.select("id"), small), "id", "left_semi")
         new = tuples.join(stored, "id", "left_anti")
         part, n = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
@@ -245,24 +254,37 @@ class SparkMaintainer:
             self.delta[rel.name] = part
             self.result.new_tuples[rel.name] = self.result.new_tuples.get(rel.name, 0) + n
 
-    def _add_derivations(self, rel: Relation, monos: DataFrame, small: bool) -> None:
+    def _add_derivations(self, rel: Relation, monos: DataFrame, small: bool, distinct: bool = False) -> None:
         """Append the derivations ``rel`` lacks; they are its delta. A remote source that keeps nothing
         (no view joins it) passes what it received on as its delta: re-adding a derivation a view
         already has is a no-op there. ``small``: ``monos`` can be broadcast (at most
-        :data:`BROADCAST_ROWS` rows), so the stored derivations are scanned once, not shuffled: only
-        those of its tuples whose first id is one of its monomials' first ids are compared."""
+        :data:`BROADCAST_ROWS` rows), so the stored derivations are scanned once, not shuffled, probing
+        pairs of the batch's tuples and first ids; ``distinct``: ``monos`` holds no derivation twice (and is
+        kept: :meth:`_keep`)."""
         if rel.kind is RelationKind.SOURCE and not rel.stored:
             self.delta[rel.name] = monos
             return
         key = monos_key(rel)
-        monos = monos.dropDuplicates(["vid", "ids"])
-        # the stored derivations of the batch's tuples whose first id is a batch monomial's: one scan
-        # probing both (a projection's tuple has many monomials, a join's popular id many tuples)
-        first = F.col("ids")[0].alias("first")
-        stored = (self.txn.read(key).select("vid", "ids", first)
-                  .join(small_side(monos.select("vid").distinct(), small), "vid", "left_semi")
-                  .join(small_side(monos.select(first).distinct(), small), "first", "left_semi"))
-        new = monos.join(stored.select("vid", "ids"), ["vid", "ids"], "left_anti")
+        if small:
+            if not distinct:  # deduplicated once, read twice below
+                monos = self._keep(monos.dropDuplicates(["vid", "ids"]))
+            # the stored derivations of a batch tuple with that tuple's first id in the batch (few per
+            # batch derivation): both joins broadcast, so neither the state nor the batch is shuffled,
+            # and the state's scan probes two binaries, not the id lists
+            first = F.col("ids")[0].alias("first")
+            stored = (self.txn.read(key).select("vid", "ids", first)
+                      .join(F.broadcast(monos.select("vid", first)), ["vid", "first"], "left_semi"))
+            new = monos.join(F.broadcast(stored.select("vid", "ids")), ["vid", "ids"], "left_anti")
+        else:
+            if not distinct:
+                monos = monos.dropDuplicates(["vid", "ids"])
+            # the stored derivations of the batch's tuples whose first id is a batch monomial's: one scan
+            # probing both (a projection's tuple has many monomials, a join's popular id many tuples)
+            first = F.col("ids")[0].alias("first")
+            stored = (self.txn.read(key).select("vid", "ids", first)
+                      .join(monos.select("vid").distinct(), "vid", "left_semi")
+                      .join(monos.select(first).distinct(), "first", "left_semi"))
+            new = monos.join(stored.select("vid", "ids"), ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:
             self.delta[rel.name] = part
@@ -288,9 +310,11 @@ class SparkMaintainer:
         with view_errors(view.name):
             name = self._view(union_all([self.spark.sql(q.sql("spark"))
                                          for q in plan.delta_queries(changed, self._source)]))
+            # the candidates, computed once (the plans' branches may derive one monomial twice)
             cand = self._keep(self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, "
-                                             f"`{IDS}` AS ids, {', '.join(aug_cols(view))} FROM {name}"))
-            self._add_derivations(view, cand, cand.count() <= BROADCAST_ROWS)  # computes the candidates once
+                                             f"`{IDS}` AS ids, {', '.join(aug_cols(view))} FROM {name}")
+                              .dropDuplicates(["vid", "ids"]))
+            self._add_derivations(view, cand, kept_rows(cand) <= BROADCAST_ROWS, distinct=True)
 
     def _visibility(self) -> DataFrame:
         return visibility(current_cl(self.txn.read(CL)), self.shape.key_versions)
@@ -317,22 +341,42 @@ class SparkMaintainer:
             self._recompute_app(todo)
             return
         flips = parity_flips(self.written) if self.written is not None else None
-        vis_after = visible_after(cl, self.written, self.shape.key_versions, self._keep)
 
-        def patch(rel: Relation) -> None:
+        def lineage_flips(rel: Relation) -> DataFrame | None:
             lineage = self.rels.lineage(rel.name) if not rel.is_base else {rel.name}
-            mine = flips.where(F.col("rel").isin(sorted(lineage))) if flips is not None and lineage & self.flipped \
+            return flips.where(F.col("rel").isin(sorted(lineage))) if flips is not None and lineage & self.flipped \
                 else None
-            app = self.txn.read(app_key(rel))
+        # what each relation's patch reads: its flips, and the ids whose visibility after the batch it
+        # needs (a replicated table's new tuples', a derived relation's changed monomials'), all
+        # looked up at once (visible_after)
+        reads: dict[str, tuple[DataFrame | None, DataFrame | None]] = {}
+        needed = []
+        for rel in todo:
+            mine = lineage_flips(rel)
             if rel.is_base:
                 new = self.delta[rel.name].select("id") if rel.name in self.delta else None
-                patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, new, vis_after)
+                ids = base_lookups(new, mine)
+                reads[rel.name] = (mine, new)
             else:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
-                narrow = self.shape.narrow(rel, self.rels)
+                monos = changed_monomials(rel, old, self.delta.get(rel.name), mine, self.shape.narrow(rel, self.rels),
+                                          self._keep, self.small)
+                ids = monos.select("id") if monos is not None else None
+                reads[rel.name] = (mine, monos)
+            if ids is not None:
+                needed.append(ids)
+        vis = visible_after(cl, self.written, self.shape.key_versions, self._keep, union_all(needed) if needed else None)
+
+        def patch(rel: Relation) -> None:
+            mine, more = reads[rel.name]
+            app = self.txn.read(app_key(rel))
+            if rel.is_base:
+                patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, more, vis)
+            else:
+                old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
                 changes = self._keep(summed_changes(rel, count_changes(
-                    rel, old, self.delta.get(rel.name), mine, vis_after, narrow, self._keep, self.small)))
-                rows = changes.count()  # materialized, then joined
+                    rel, old, more, mine, vis, self.shape.narrow(rel, self.rels), self.small)))
+                rows = kept_rows(changes)  # materialized, then joined
                 if not rows:
                     return  # no tuple's count changed: the APP table stays as it is (no part written)
                 patched = patched_counts(rel, app, changes, rows)
@@ -346,8 +390,8 @@ class SparkMaintainer:
         keys may have several (:class:`~crr.spark.tables.StateShape`), so later batches look up
         every keyed entry's key, not only new ids' keys."""
         assert self.written is not None
-        found = key_versions(self.written, cl, new_ids_only=not self.shape.versions,
-                             small=self.small).agg(
+        found = key_versions(self.written, cl, new_ids_only=not self.shape.versions, small=self.small,
+                             one_per_key=self.one_per_key).agg(
             F.count(F.lit(1)).alias("versions"), F.max(F.col("rival").cast("int")).alias("rivals")).collect()[0]
         if found["versions"] and not self.shape.versions:
             self.shape = self.shape.grown(False, set(), versions=True)

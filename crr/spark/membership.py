@@ -15,7 +15,9 @@ counting changes its view, instead of recomputing membership from the whole stat
   of a key), the maintainer recomputes membership instead.
 * **count changes** (:func:`count_changes`): of a derived relation's tuples, by the monomials it held
   before the batch that contain a flipped id (alive after minus alive before) and by its new
-  monomials (alive after);
+  monomials (alive after), those whose aliveness needs ids' visibility after the batch listed by
+  :func:`changed_monomials`; the visibility of every id any relation of the batch reads is taken
+  once (:func:`visible_after`: off the written entries, the few other ids looked up together);
 * **patches**: a counted APP table keeps its rows but those of the tuples whose count changed, which
   are re-aggregated with the changes (:func:`patched_counts`); a replicated table's APP table re-reads only its flipped
   and new ids (:func:`patched_base_app`).
@@ -33,13 +35,12 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, functions as F
 
 from crr.catalog import Relation
-from crr.spark.tables import BROADCAST_ROWS, aug_cols, current_cl, small_side, union_all, visibility
+from crr.spark.tables import BROADCAST_ROWS, aug_cols, current_cl, kept_rows, small_side, union_all, visibility
 from crr.types import TypeFamily, type_family
 
 COUNT_BELOW_ZERO = ("crr: a tuple's count of alive monomials went below zero; the site's state is inconsistent, "
                     "restore the folder from a backup")
 
-VisibleAfter = Callable[[DataFrame], DataFrame]  # distinct ``(id)`` -> ``(id, vis)`` after the batch
 Keep = Callable[[DataFrame], DataFrame]  # keeps a frame, computed once, until the batch ends
 
 
@@ -61,20 +62,25 @@ def parity_flips(written: DataFrame) -> DataFrame:
     return written.where(before != after).select("id", "rel", F.when(after, 1).otherwise(-1).alias("d"))
 
 
-def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool, small: bool) -> DataFrame:
+def key_versions(written: DataFrame, cl: DataFrame, new_ids_only: bool, small: bool,
+                 one_per_key: bool = False) -> DataFrame:
     """``(kh, rival)``: the other versions of the written keyed entries' keys, one row each: another
     written entry of the key (a rival), or another id's stored version (a rival when present;
     ``cl``: after the batch, which wrote ``written``). ``new_ids_only``: the site has never stored
     two ids of one key, so a stored id's key has no other version stored, and only the keys of new
     ids are looked up. ``small``: ``written`` has at most :data:`BROADCAST_ROWS` rows, so its key
-    hashes are broadcast and ``cl`` is scanned, not shuffled."""
+    hashes are broadcast and ``cl`` is scanned, not shuffled. ``one_per_key``: no two written entries
+    share a key hash (known from the batch), so none is looked for."""
     keyed = written.where(F.col("kh").isNotNull())
-    twice = (keyed.groupBy("kh").agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
-             .select("kh", F.lit(True).alias("rival")))
     probe = keyed.where(F.col("o_cl").isNull()) if new_ids_only else keyed
     stored = current_cl(cl.join(small_side(probe.select("kh"), small), "kh", "left_semi")
                         .join(keyed.select("id"), "id", "left_anti"))
-    return twice.unionByName(stored.select("kh", (F.col("cl") % 2 == 1).alias("rival")))
+    versions = stored.select("kh", (F.col("cl") % 2 == 1).alias("rival"))
+    if one_per_key:
+        return versions
+    twice = (keyed.groupBy("kh").agg(F.count(F.lit(1)).alias("n")).where(F.col("n") > 1)
+             .select("kh", F.lit(True).alias("rival")))
+    return twice.unionByName(versions)
 
 
 def looked_up_visibility(cl: DataFrame, ids: DataFrame, keyed: bool) -> DataFrame:
@@ -88,31 +94,61 @@ def looked_up_visibility(cl: DataFrame, ids: DataFrame, keyed: bool) -> DataFram
     return visibility(current_cl(scope), keyed).join(ids, "id", "left_semi").select("id", "vis")
 
 
-def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool, keep: Keep) -> VisibleAfter:
-    """Visibility after the batch, in parity form: a written entry's from its parity, any other id's
-    looked up in ``cl`` (unchanged by the batch). ``written``: None when the batch wrote no entry;
-    ``keep``: keeps a frame, computed once, for the rest of the batch."""
-    def lookup(ids: DataFrame) -> DataFrame:
-        if written is None:
-            return looked_up_visibility(cl, ids, keyed)
-        mine = written.select("id", (F.col("cl") % 2 == 1).alias("vis")).join(ids, "id", "left_semi")
-        # the ids to look up, materialized: one small job that skips the scans of ``cl`` when there are
-        # none (the usual case: new tuples), and otherwise lets Spark see how small they are
-        others = keep(ids.join(written.select("id"), "id", "left_anti"))
-        rows = others.count()
-        if rows == 0:
-            return mine
-        return mine.unionByName(looked_up_visibility(cl, F.broadcast(others) if rows <= BROADCAST_ROWS else others,
-                                                     keyed))
-    return lookup
+def visible_after(cl: DataFrame, written: DataFrame | None, keyed: bool, keep: Keep,
+                  needed: DataFrame | None) -> DataFrame:
+    """``(id, vis)``: visibility after the batch, in parity form, of the ids every patched relation
+    reads (``needed``, one column ``id``, repeats allowed; None when none reads an id the batch did
+    not write) and of every written entry's id: a written entry's from its parity, any other id's
+    looked up in ``cl`` (unchanged by the batch) once for all relations. ``written``: None when the
+    batch wrote no entry; ``keep``: keeps a frame, computed once, for the rest of the batch. The
+    frame may hold more ids than a relation asks about: join it with yours."""
+    if written is None:
+        if needed is None:
+            return cl.sparkSession.createDataFrame([], "id BINARY, vis BOOLEAN")
+        return keep(looked_up_visibility(cl, needed.distinct(), keyed))
+    mine = written.select("id", (F.col("cl") % 2 == 1).alias("vis"))
+    if needed is None:
+        return mine
+    # the ids to look up, materialized: one small job that skips the scans of ``cl`` when there are
+    # none (the usual case: new tuples), and otherwise lets Spark see how small they are
+    others = keep(needed.join(written.select("id"), "id", "left_anti").distinct())
+    rows = kept_rows(others)
+    if rows == 0:
+        return mine
+    return keep(mine.unionByName(looked_up_visibility(cl, F.broadcast(others) if rows <= BROADCAST_ROWS else others,
+                                                      keyed)))
 
 
-def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: DataFrame | None,
-                  vis_after: VisibleAfter, narrow: bool, keep: Keep, small: bool) -> DataFrame:
+def changed_monomials(rel: Relation, old: DataFrame, new: DataFrame | None, flips: DataFrame | None, narrow: bool,
+                      keep: Keep, small: bool) -> DataFrame | None:
+    """The monomials of derived relation ``rel`` whose aliveness after the batch depends on ids'
+    visibility, one row per id (column ``id``), for :func:`count_changes`; None when there are none.
+    ``narrow`` (every monomial has one id): its new monomials ``(vid, id, cols...)``, an old one's
+    change being its id's flip; otherwise the old monomials holding a flipped id and the new ones,
+    ``(vid, ids, old, cols..., id)``, kept for the batch. ``old``: its monomials before the batch;
+    ``new``: those the batch added; ``flips``: :func:`parity_flips` of the ids in its lineage;
+    ``small``: the flips are few enough to broadcast (the old monomials are scanned, not shuffled)."""
+    cols = aug_cols(rel)
+    if narrow:
+        return None if new is None else new.select("vid", F.col("ids")[0].alias("id"), *cols)
+    mons = []
+    if flips is not None:
+        d = small_side(flips.select("id"), small)
+        mons.append(old.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(d, "id", "left_semi")
+                    .dropDuplicates(["vid", "ids"]).select("vid", "ids", *cols, F.lit(True).alias("old")))
+    if new is not None:
+        mons.append(new.select("vid", "ids", *cols, F.lit(False).alias("old")))
+    if not mons:
+        return None
+    return keep(union_all(mons).select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
+
+
+def count_changes(rel: Relation, old: DataFrame, monos: DataFrame | None, flips: DataFrame | None,
+                  vis: DataFrame, narrow: bool, small: bool) -> DataFrame:
     """``(key, cols..., n)``: count changes of derived relation ``rel`` (rows may repeat a key; their
-    sum is the change). ``old``: its monomials before the batch; ``new``: those the batch added;
-    ``flips``: :func:`parity_flips` of the ids in its lineage; ``narrow``: every monomial has one id
-    (alive is that id's visibility); ``keep``: keeps a frame, computed once, for the rest of the batch;
+    sum is the change). ``old``: its monomials before the batch; ``monos``: :func:`changed_monomials`;
+    ``flips``: :func:`parity_flips` of the ids in its lineage; ``vis``: :func:`visible_after` (holding
+    every id of ``monos``); ``narrow``: every monomial has one id (alive is that id's visibility);
     ``small``: the flips are few enough to broadcast (the old monomials are scanned, not shuffled)."""
     cols = aug_cols(rel)
     d = small_side(flips.select("id", "d"), small) if flips is not None else None
@@ -121,21 +157,13 @@ def count_changes(rel: Relation, old: DataFrame, new: DataFrame | None, flips: D
         if d is not None:  # an old monomial of a flipped id changes by the flip
             parts.append(old.select("vid", F.col("ids")[0].alias("id"), *cols).join(d, "id")
                          .select(F.col("vid").alias("key"), *cols, F.col("d").cast("long").alias("n")))
-        if new is not None:  # a new monomial counts when its id is visible after the batch
-            each = new.select("vid", F.col("ids")[0].alias("id"), *cols)
-            alive = each.join(vis_after(each.select("id").distinct()).where("vis"), "id", "left_semi")
+        if monos is not None:  # a new monomial counts when its id is visible after the batch
+            alive = monos.join(vis.where("vis").select("id"), "id", "left_semi")
             parts.append(alive.select(F.col("vid").alias("key"), *cols, F.lit(1).cast("long").alias("n")))
         return union_all(parts)
-    # the old monomials holding a flipped id and the new ones, one row per id, kept for the batch (their
-    # ids are looked up, then they are grouped): alive after minus alive before (0 for a new one)
-    mons = []
-    if d is not None:
-        mons.append(old.select("vid", "ids", *cols, F.explode("ids").alias("id")).join(d, "id", "left_semi")
-                    .dropDuplicates(["vid", "ids"]).select("vid", "ids", *cols, F.lit(True).alias("old")))
-    if new is not None:
-        mons.append(new.select("vid", "ids", *cols, F.lit(False).alias("old")))
-    each = keep(union_all(mons).select("vid", "ids", "old", *cols, F.explode("ids").alias("id")))
-    each = each.join(vis_after(each.select("id").distinct()), "id", "left")
+    # alive after minus alive before (0 for a new one), per monomial
+    assert monos is not None
+    each = monos.join(vis, "id", "left")
     now = F.coalesce(F.col("vis"), F.lit(False))
     if d is not None:
         each = each.join(d, "id", "left")
@@ -170,16 +198,26 @@ def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame, rows: int)
     return app.join(keys, "key", "left_anti").unionByName(checked)
 
 
+def base_lookups(new_ids: DataFrame | None, flips: DataFrame | None) -> DataFrame | None:
+    """The ids of a replicated table's new tuples (``new_ids``, one column ``id``) whose visibility
+    after the batch :func:`patched_base_app` reads from :func:`visible_after` (the flipped ones it reads
+    off ``flips``)."""
+    if new_ids is None:
+        return None
+    return new_ids if flips is None else new_ids.join(flips.select("id"), "id", "left_anti")
+
+
 def patched_base_app(rel: Relation, app: DataFrame, tuples: DataFrame, flips: DataFrame | None,
-                     new_ids: DataFrame | None, vis_after: VisibleAfter) -> DataFrame:
+                     new_ids: DataFrame | None, vis: DataFrame) -> DataFrame:
     """A replicated table's APP rows after the batch: its flipped ids and new tuples (``new_ids``, one
-    column ``id``) re-read from ``tuples`` when visible, every other row kept."""
+    column ``id``) re-read from ``tuples`` when visible (``vis``: :func:`visible_after`), every other
+    row kept."""
     dirty = []
     if flips is not None:
         dirty.append(flips.select("id", (F.col("d") > 0).alias("vis")))
-    if new_ids is not None:
-        others = new_ids if flips is None else new_ids.join(flips.select("id"), "id", "left_anti")
-        dirty.append(vis_after(others.distinct()))
+    others = base_lookups(new_ids, flips)
+    if others is not None:
+        dirty.append(vis.join(others, "id", "left_semi"))
     ids = union_all(dirty)
     present = tuples.join(ids.where("vis").select("id"), "id", "left_semi").select(F.col("id").alias("key"),
                                                                                  *aug_cols(rel))

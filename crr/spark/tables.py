@@ -154,6 +154,15 @@ def small_side(df: DataFrame, small: bool) -> DataFrame:
     return F.broadcast(df) if small else df
 
 
+def kept_rows(df: DataFrame) -> int:
+    """The number of rows of a kept frame (a local checkpoint, already computed or computed now), in
+    one Spark job over its partitions. ``DataFrame.count`` plans an aggregation, which adaptive
+    execution runs as two jobs (the partial counts and their shuffle, then the sum); a small merge
+    costs its number of jobs (see the README's "Large views on Spark"). Counting a frame that is not
+    kept this way would compute all its columns."""
+    return int(df._jdf.queryExecution().toRdd().count())
+
+
 def current_cl(cl: DataFrame) -> DataFrame:
     """Each id's current entry ``(id, rel, kh, cl, stamp, seq)``: the maxima over its rows."""
     return cl.groupBy("id").agg(F.first("rel").alias("rel"), F.first("kh").alias("kh"), F.max("cl").alias("cl"),

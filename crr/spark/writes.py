@@ -73,5 +73,6 @@ def insert_batch(rel: Relation, rows: DataFrame, cl: DataFrame, tuples: DataFram
                      "kh", (F.lit(stamp) if keyed else F.lit(None)).cast("binary").alias("stamp")))
     # cl_relations: the entries' relation, whose flips (a deleted tuple inserted again, which adds no
     # tuple) the membership step reads; without it a re-insert grew the entry and showed no row here
+    # cl_one_per_key: the rows' distinct ids have distinct keys (the "dupes" check above)
     return SparkBatch(cl=grown, base={rel.name: distinct.select("id", *aug_cols(rel))}, cl_keyed=keyed,
-                      cl_rows=row["n"], rows={rel.name: row["n"]}, cl_relations={rel.name})
+                      cl_rows=row["n"], rows={rel.name: row["n"]}, cl_relations={rel.name}, cl_one_per_key=True)
