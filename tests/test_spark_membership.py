@@ -195,7 +195,7 @@ def test_a_small_merge_runs_the_documented_spark_jobs_all_in_the_callers_job_gro
         return max(tracker.getJobIdsForGroup(group))
 
     counts = []
-    for step in range(4):
+    for step in range(3):  # the first merge warms the plans up; the others are counted
         cursor = edge.cursor
         edge.execute(f"INSERT INTO s VALUES ({step}, 'n{step}')")
         edge.execute("INSERT INTO r VALUES " + ", ".join(f"({20 * step + i}, {i % 5})" for i in range(20)))
