@@ -61,6 +61,12 @@ def all_in(values: pa.ChunkedArray | pa.Array, value_set: pa.ChunkedArray | pa.A
     return index_in(values, value_set).null_count == 0
 
 
+def distinct_keys(key_hashes: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether no key hash occurs twice among the non-null ones (an unkeyed entry's is null)."""
+    kh = id_storage(key_hashes)
+    return pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
+
+
 def distinct_ids(ids: pa.ChunkedArray | pa.Array) -> bool:
     """Whether no id occurs twice, decided on the ids' low words: True only when those are distinct
     (so are the ids); False when some repeat (then an id may repeat, or two ids share a low word)."""

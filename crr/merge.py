@@ -33,7 +33,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, TABLE_DEFINITION, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges, shown
 from crr.errors import CatalogError, ChangesetError, SchemaMismatchError
-from crr.id_sets import all_in, id_storage, index_in
+from crr.id_sets import all_in, distinct_keys, id_storage, index_in
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
@@ -543,7 +543,7 @@ def received_entries(catalog: Catalog, table: str, cl: pa.Table, relations: froz
         unkeyed=frozenset(r.name for r in catalog.values() if r.is_base and not r.key) | unkeyed_remotes,
         key_hashes=key_hashes, max_stamp=max_stamp(max_clock_skew), max_clock_skew=max_clock_skew,
         some_keyed=kh.null_count < len(kh), some_unkeyed=kh.null_count > 0,
-        one_per_key=pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count,
+        one_per_key=distinct_keys(kh),
         relation=names[0] if len(names) == 1 else None, ids=cl.column("id"),
         first_lengths=pc.all(pc.equal(cl.column("cl"), _ONE)).as_py() is True,
         later_lengths=pc.all(pc.greater(cl.column("cl"), _ONE)).as_py() is True,

@@ -24,6 +24,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
+from crr.id_sets import distinct_keys
 from crr.batch_rows import rows_sql
 from crr.causal import checked_entries_sql
 from crr.merge import MergeInputs, changeset_errors, plan_merge
@@ -129,8 +130,7 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
             batch.cl_relations = rels
             batch.cl_rows = cs.cl.num_rows
             batch.cl_keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
-            kh = hugeint_to_binary(cs.cl.column("kh"))
-            batch.cl_one_per_key = pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
+            batch.cl_one_per_key = distinct_keys(cs.cl.column("kh"))
     return batch
 
 

@@ -265,24 +265,21 @@ class SparkMaintainer:
             self.delta[rel.name] = monos
             return
         key = monos_key(rel)
+        if not distinct:  # a small batch's deduplicated once (kept), as it is read twice below
+            unique = monos.dropDuplicates(["vid", "ids"])
+            monos = self._keep(unique) if small else unique
+        first = F.col("ids")[0].alias("first")
+        state = self.txn.read(key).select("vid", "ids", first)
         if small:
-            if not distinct:  # deduplicated once, read twice below
-                monos = self._keep(monos.dropDuplicates(["vid", "ids"]))
             # the stored derivations of a batch tuple with that tuple's first id in the batch (few per
             # batch derivation): both joins broadcast, so neither the state nor the batch is shuffled,
             # and the state's scan probes two binaries, not the id lists
-            first = F.col("ids")[0].alias("first")
-            stored = (self.txn.read(key).select("vid", "ids", first)
-                      .join(F.broadcast(monos.select("vid", first)), ["vid", "first"], "left_semi"))
+            stored = state.join(F.broadcast(monos.select("vid", first)), ["vid", "first"], "left_semi")
             new = monos.join(F.broadcast(stored.select("vid", "ids")), ["vid", "ids"], "left_anti")
         else:
-            if not distinct:
-                monos = monos.dropDuplicates(["vid", "ids"])
             # the stored derivations of the batch's tuples whose first id is a batch monomial's: one scan
             # probing both (a projection's tuple has many monomials, a join's popular id many tuples)
-            first = F.col("ids")[0].alias("first")
-            stored = (self.txn.read(key).select("vid", "ids", first)
-                      .join(monos.select("vid").distinct(), "vid", "left_semi")
+            stored = (state.join(monos.select("vid").distinct(), "vid", "left_semi")
                       .join(monos.select(first).distinct(), "first", "left_semi"))
             new = monos.join(stored.select("vid", "ids"), ["vid", "ids"], "left_anti")
         part, n = self.txn.append(key, new.select("vid", "ids", *aug_cols(rel), F.lit(self.seq).alias("seq")))
@@ -349,33 +346,33 @@ class SparkMaintainer:
         # what each relation's patch reads: its flips, and the ids whose visibility after the batch it
         # needs (a replicated table's new tuples', a derived relation's changed monomials'), all
         # looked up at once (visible_after)
-        reads: dict[str, tuple[DataFrame | None, DataFrame | None]] = {}
+        # (flips, new ids or changed monomials, old monomials, narrow) per relation
+        reads: dict[str, tuple[DataFrame | None, DataFrame | None, DataFrame | None, bool]] = {}
         needed = []
         for rel in todo:
             mine = lineage_flips(rel)
             if rel.is_base:
                 new = self.delta[rel.name].select("id") if rel.name in self.delta else None
                 ids = base_lookups(new, mine)
-                reads[rel.name] = (mine, new)
+                reads[rel.name] = (mine, new, None, False)
             else:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
-                monos = changed_monomials(rel, old, self.delta.get(rel.name), mine, self.shape.narrow(rel, self.rels),
-                                          self._keep, self.small)
+                narrow = self.shape.narrow(rel, self.rels)
+                monos = changed_monomials(rel, old, self.delta.get(rel.name), mine, narrow, self._keep, self.small)
                 ids = monos.select("id") if monos is not None else None
-                reads[rel.name] = (mine, monos)
+                reads[rel.name] = (mine, monos, old, narrow)
             if ids is not None:
                 needed.append(ids)
         vis = visible_after(cl, self.written, self.shape.key_versions, self._keep, union_all(needed) if needed else None)
 
         def patch(rel: Relation) -> None:
-            mine, more = reads[rel.name]
+            mine, more, old, narrow = reads[rel.name]
             app = self.txn.read(app_key(rel))
             if rel.is_base:
                 patched = patched_base_app(rel, app, self.txn.read(tuples_key(rel)), mine, more, vis)
             else:
-                old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)
-                changes = self._keep(summed_changes(rel, count_changes(
-                    rel, old, more, mine, vis, self.shape.narrow(rel, self.rels), self.small)))
+                assert old is not None
+                changes = self._keep(summed_changes(rel, count_changes(rel, old, more, mine, vis, narrow, self.small)))
                 rows = kept_rows(changes)  # materialized, then joined
                 if not rows:
                     return  # no tuple's count changed: the APP table stays as it is (no part written)
