@@ -25,6 +25,7 @@ from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LIN
                        allowed_skew, received_entries, tracked_cursors_sql, tuple_columns, without_copies)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
+from crr.repeated import repeated
 from crr.site_state import SiteState, ViewFailed, views_inside
 
 
@@ -40,9 +41,24 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
     cs, copies = without_copies(state.rels, received(changeset))
     held, ignored = held_relations(state.rels, cs)
     ignored = copies + ignored
+    result, repeats = _merge(state, cs, held, track)
+    for _, rc in held:  # merged: a later changeset from this source overlapping it may repeat it
+        key = (cs.source, rc.name)
+        cursor, since = state.merged_cursors.get(key, (cs.cursor, cs.since))
+        state.merged_cursors[key] = (max(cursor, cs.cursor), since if repeats else cs.since)
+    return MergeResult(result, ignored)
+
+
+def _merge(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationChanges]],
+           track: bool) -> tuple[BatchResult, bool]:
+    """Merge the held relations of a changeset (see :func:`merge`): nothing for a changeset that
+    repeats what the site holds, or the one statement of rows new to the site, or the general path;
+    and whether it was a repeat."""
+    if _repeated(state, cs, held, track):
+        return BatchResult(), True
     point = _merge_new_rows(state, cs, held, track)
     if point is not None:
-        return MergeResult(point, ignored)
+        return point, False
     inputs = MergeInputs(state.con, state.slots, state.accepted)
     try:
         with state.transaction(), changeset_errors():
@@ -77,7 +93,34 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
                                                           for _, rc in held])
     finally:
         inputs.close(drop_tables=len(cs) > 10_000)
-    return MergeResult(result, ignored)
+    return result, False
+
+
+def _repeated(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationChanges]], track: bool) -> bool:
+    """Whether the changeset brings nothing new (:func:`crr.repeated.repeated`); then a tracked merge
+    records the cursor, in its own transaction, and nothing else runs. Asked only of a changeset
+    that, for each of its relations, starts before the cursor of one merged from the same source
+    and not where the last one merged in full started (:attr:`crr.site_state.SiteState.merged_cursors`):
+    a resend, a replay, a source's snapshot. A changeset continuing from the last one merged brings
+    news, as does another part of the last one (a stream cut into batches); either would pay the
+    query for nothing."""
+    if not held:
+        return False
+    for _, rc in held:
+        cursor, since = state.merged_cursors.get((cs.source, rc.name), (0, 0))
+        if cs.since >= cursor or cs.since == since:
+            return False
+    inputs = MergeInputs(state.con, state.slots, state.accepted)
+    try:
+        with changeset_errors():
+            if not repeated(state.con, state.rels, cs, held, inputs):
+                return False
+    finally:
+        inputs.close(drop_tables=False)
+    if track and held:
+        with state.transaction(), changeset_errors():
+            state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since] for _, rc in held])
+    return True
 
 
 def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationChanges]],

@@ -121,6 +121,10 @@ class SiteState:
         self.accepted: dict[tuple, pa.Schema] = {}  # expected columns -> Arrow schema already checked
         self.delta_sql: dict[tuple, tuple[str, bool]] = {}  # views' generated delta SQL (see Maintainer)
         self.prepared = Prepared()  # point-path statements prepared on the connection
+        # per (source site, relation): the largest cursor of a changeset merged here since the site
+        # opened, and where the last one merged in full started (its ``since``); a hint only, of when
+        # a changeset may repeat one merged before (crr.site_merge._repeated)
+        self.merged_cursors: dict[tuple[str, str], tuple[int, int]] = {}
         # the names of the macros defined at this site, read once (crr.site_ddl); None again after a
         # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs. A new
         # in-memory database has none (a file may keep some from before it was opened)
