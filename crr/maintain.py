@@ -241,6 +241,11 @@ def app_remove_sql(rel: Relation, rows: str) -> str:
     return f"DELETE FROM {rel.app} AS app USING ({rows}) AS d WHERE {app_match(rel, 'app', 'd')}"
 
 
+def any_rows_sql(tables: list[str]) -> str:
+    """Whether some of ``tables`` holds a row (one BOOLEAN)."""
+    return "SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {t})" for t in tables)
+
+
 def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: bool) -> str:
     """INSERT of the candidate monomials ``source`` selects (``vid, mid, ids, cols...``) into ``rel``'s
     ``$m``, stamped with sequence number ``seq`` (a number, or ``?``), returning the rows it added;
@@ -481,8 +486,13 @@ class Maintainer:
         return self.result
 
     def populate(self, view: Relation) -> BatchResult:
-        """Fill a newly created view: every input's whole AUG state acts as its delta."""
+        """Fill a newly created view: every input's whole AUG state acts as its delta. Inputs that
+        hold nothing yet (a view declared with its tables, on a new site) cost one query."""
         assert view.plan is not None
+        held = [self.rels[r].aug("t" if self.rels[r].is_base else "m") for r in dict.fromkeys(view.plan.inputs)
+                if self.rels[r].stored]
+        if not held or not self.con.execute(any_rows_sql(held)).fetchall()[0][0]:
+            return self.result
         for r in view.plan.inputs:
             rel = self.rels[r]
             name = f"_crr_all_{r}"

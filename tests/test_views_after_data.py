@@ -54,3 +54,23 @@ def test_a_view_over_a_join_view_declared_later_holds_every_row():
     site.execute("DROP MATERIALIZED VIEW over")      # dropped and declared again: the same
     site.execute("CREATE MATERIALIZED VIEW over AS SELECT a, c FROM j WHERE c > 10")
     assert sorted(site.execute("SELECT * FROM over")) == [(2, 20), (3, 20)]
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_view_over_empty_inputs_is_filled_by_one_query(held: bool) -> None:
+    """Declaring a view over inputs that hold nothing runs one query of them, and no temp table or
+    delta statement; once an input holds a row, the view is filled from it."""
+    from tests.test_point import _statements
+
+    site = crr.Site(site_id="v")
+    site.execute("CREATE REMOTE TABLE r (a INT, b INT)")
+    site.execute("CREATE REMOTE TABLE s (b INT, c INT)")
+    if held:
+        writer = _writer()
+        for rel in ("r", "s"):
+            site.merge(writer.changes(relations=[rel]))
+    ran = _statements(site, lambda: site.execute(f"CREATE MATERIALIZED VIEW j AS {QUERIES['join']}"))
+    temps = [s for s in ran if "TEMP TABLE" in s]
+    assert bool(temps) == held
+    assert any(s.startswith("SELECT EXISTS (SELECT 1 FROM") for s in ran)
+    assert site.execute("SELECT count(*) FROM j")[0][0] == (3 if held else 0)
