@@ -78,6 +78,16 @@ def _entry_held(stored: str) -> str:
             f"AND (e.stamp IS NULL AND e.kh IS NULL OR {stored}.stamp >= e.stamp)")
 
 
+# per home of tuples: its table's suffix, and the condition matching a stored row ``t`` to a received
+# one ``r`` (besides equal values)
+_TUPLE_HOMES = {
+    Home.BASE_TUPLES: ("t", "t.id = r.id"),
+    Home.REPLICA_TUPLES: ("e", "t.id = r.id AND t.tseq IS NOT NULL"),
+    Home.NARROW_TUPLES: ("m", "t.vid = r.id AND t.ids = [r.id]"),
+    Home.DERIVED_TUPLES: ("m", "t.vid = r.vid"),
+}
+
+
 def unheld_sql(part: Received) -> str:
     """The rows of one received table that the site does not hold (see the module docstring): a
     SELECT of one column, ``n``, that returns a row for each. (An ``ANTI JOIN`` is planned in about
@@ -91,18 +101,10 @@ def unheld_sql(part: Received) -> str:
     if part.home is Home.REPLICA_ENTRIES:
         return (f"SELECT 1 AS n FROM (SELECT * FROM {part.slot} WHERE rel = {quote_str(rel.name)}) e "
                 f"ANTI JOIN {rel.aug('e')} c ON c.id = e.id AND {_entry_held('c')}")
-    if part.home is Home.BASE_TUPLES:
-        return (f"SELECT 1 AS n FROM {part.slot} r ANTI JOIN {rel.aug('t')} t "
-                f"ON t.id = r.id AND {_values_match(rel, 'r', 't')}")
-    if part.home is Home.REPLICA_TUPLES:
-        return (f"SELECT 1 AS n FROM {part.slot} r ANTI JOIN {rel.aug('e')} t "
-                f"ON t.id = r.id AND t.tseq IS NOT NULL AND {_values_match(rel, 'r', 't')}")
-    if part.home is Home.NARROW_TUPLES:
-        return (f"SELECT 1 AS n FROM {part.slot} r ANTI JOIN {rel.aug('m')} t "
-                f"ON t.vid = r.id AND t.ids = [r.id] AND {_values_match(rel, 'r', 't')}")
-    if part.home is Home.DERIVED_TUPLES:
-        return (f"SELECT 1 AS n FROM {part.slot} r ANTI JOIN {rel.aug('m')} t "
-                f"ON t.vid = r.vid AND {_values_match(rel, 'r', 't')}")
+    if part.home in _TUPLE_HOMES:
+        suffix, match = _TUPLE_HOMES[part.home]
+        return (f"SELECT 1 AS n FROM {part.slot} r ANTI JOIN {rel.aug(suffix)} t "
+                f"ON {match} AND {_values_match(rel, 'r', 't')}")
     # a derivation is held when its tuple's vid has a stored derivation of the same ids; one whose
     # tuple the changeset lacks is malformed (the general path refuses it): never held
     return (f"SELECT 1 AS n FROM {part.slot} d ANTI JOIN {rel.aug('m')} m ON m.vid = d.vid AND m.ids = d.ids "
