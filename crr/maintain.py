@@ -492,6 +492,11 @@ class Maintainer:
         held = [self.rels[r].aug("t" if self.rels[r].is_base else "m") for r in dict.fromkeys(view.plan.inputs)
                 if self.rels[r].stored]
         if not held or not self.con.execute(any_rows_sql(held)).fetchall()[0][0]:
+            # what the fill records all the same: the monomial length of the view's plan, when it
+            # is one length (the one-statement merges of new rows read it, crr.point_merge)
+            width = self._plan_width(view)
+            if width is not None and width[0] == width[1] and (width[1] <= 1 or view.wide):
+                self._mixed_widths(view, *width)
             return self.result
         for r in view.plan.inputs:
             rel = self.rels[r]

@@ -74,3 +74,22 @@ def test_a_view_over_empty_inputs_is_filled_by_one_query(held: bool) -> None:
     assert bool(temps) == held
     assert any(s.startswith("SELECT EXISTS (SELECT 1 FROM") for s in ran)
     assert site.execute("SELECT count(*) FROM j")[0][0] == (3 if held else 0)
+
+
+def test_views_declared_over_empty_inputs_take_the_one_statement_merge_of_new_rows() -> None:
+    """A site that declared a projection and a join view over its tables holding nothing merges a
+    peer's new rows in one statement (crr.point_merge), as one whose views were filled does: declaring them
+    recorded the projection's monomial length, which that path reads."""
+    from tests.test_point import _statements
+
+    writer = _writer()
+    site = crr.Site(site_id="v")  # a peer of the writer's, as in `crr bench merge`
+    site.execute("CREATE REPLICATED TABLE r (a INT, b INT)")
+    site.execute("CREATE REPLICATED TABLE s (b INT, c INT)")
+    site.execute("CREATE MATERIALIZED VIEW p AS SELECT b FROM r")
+    site.execute(f"CREATE MATERIALIZED VIEW j AS {QUERIES['join']}")
+    site.merge(writer.changes(relations=["s"]))
+    ran = _statements(site, lambda: site.merge(writer.changes(relations=["r"]).to_bytes()))
+    assert len([s for s in ran if not s.startswith(("DESCRIBE", "PREPARE"))]) == 1, ran
+    assert site.execute("SELECT * FROM p ORDER BY b") == [(1,), (2,)]
+    assert site.execute("SELECT count(*) FROM j")[0][0] == 3
