@@ -384,6 +384,15 @@ def max_stamp(max_clock_skew: float) -> int:
     return ((int(millis) << 16 | 0xFFFF) << 64) | (2**64 - 1)
 
 
+def entries_taken(catalog: Catalog, lineage: set[str]) -> set[str]:
+    """The relations whose causal-length entries a merge takes: those in the lineage its held
+    relations state (``lineage``) or in the lineage of a relation of the site."""
+    interest = set(lineage)
+    for name in catalog:
+        interest |= catalog.lineage(name)
+    return interest
+
+
 def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
                held: list[tuple[Relation, RelationChanges]], inputs: MergeInputs, max_clock_skew: float,
                keeps_replicas: bool = True) -> Batch:
@@ -463,9 +472,7 @@ def plan_merge(con: duckdb.DuckDBPyConnection, catalog: Catalog, cs: Changeset,
         batch.derived[rel.name] = (Rows(tuples, RowsKind.CHECKED), Rows(monos, RowsKind.CHECKED))
     by_home: dict[str, ReceivedEntries] = {}  # by home: "" for _crr.cl, else the co-located source's or replica's name
     if cs.cl is not None and cs.cl.num_rows and held:
-        interest = set(lineage)
-        for name in catalog:
-            interest |= catalog.lineage(name)
+        interest = entries_taken(catalog, lineage)
         # read straight from Arrow by the causal-length statements (checked there)
         view = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")
         # a co-located source's entries are merged into its view's table (crr.colocated), a replica's

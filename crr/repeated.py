@@ -33,8 +33,8 @@ import duckdb
 from crr.catalog import SCHEMA, Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.colocated import homes_of
-from crr.merge import (ENTRY_COLUMNS, MONOMIAL_COLUMNS, MergeInputs, grown_lineage, learned_definitions,
-                       newly_derived, tuple_columns)
+from crr.merge import (ENTRY_COLUMNS, MONOMIAL_COLUMNS, MergeInputs, entries_taken, grown_lineage,
+                       learned_definitions, newly_derived, tuple_columns)
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, value_text_sql
 
@@ -160,10 +160,7 @@ def received_parts(catalog: Catalog, cs: Changeset, held: list[tuple[Relation, R
         if monos is not None:
             parts.append(Received(Home.DERIVATIONS, monos, rel, tuples_slot=tuples))
     if cs.cl is not None and cs.cl.num_rows and held:
-        interest = set(lineage)
-        for name in catalog:
-            interest |= catalog.lineage(name)
-        named = set(cs.cl.column("rel").unique().to_pylist()) & interest
+        named = set(cs.cl.column("rel").unique().to_pylist()) & entries_taken(catalog, lineage)
         if named & colocated:
             return None
         slot = inputs.register("_crr_in_cl", cs.cl, ENTRY_COLUMNS, "causal lengths")

@@ -117,7 +117,7 @@ def _repeated(state: SiteState, cs: Changeset, held: list[tuple[Relation, Relati
                 return False
     finally:
         inputs.close(drop_tables=False)
-    if track and held:
+    if track:
         with state.transaction(), changeset_errors():
             state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since] for _, rc in held])
     return True
