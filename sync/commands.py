@@ -512,22 +512,37 @@ class _LocalSite:
 def _interruptible(site: Site, sql: str, params: list | dict | None) -> list:
     """``site.execute(sql, params)`` in a thread of its own, so that Ctrl-C reaches this (the main)
     thread while DuckDB runs the statement, and stops it (``Site.interrupt``): Python takes a signal
-    only between bytecodes, which a thread waiting inside DuckDB does not run until the statement ends."""
+    only between bytecodes, which a thread waiting inside DuckDB does not run until the statement ends.
+
+    Ctrl-C may come at any bytecode, also while the thread is starting (``Thread.start`` waits for it):
+    the thread runs the statement only if it claims it first (``phase``), so a Ctrl-C that comes
+    before either ends with the statement never run, and one after it with the statement interrupted
+    or done, never with "interrupted" said of a statement that went on and committed."""
     outcome: dict[str, Any] = {}
     done = threading.Event()  # not Thread.is_alive: a join that Ctrl-C cut short may report the thread ended
+    claim = threading.Lock()
+    phase = ["pending"]  # -> "running" (the thread claimed the statement) or "cancelled" (Ctrl-C did first)
 
     def run() -> None:
         try:
+            with claim:
+                if phase[0] == "cancelled":
+                    return
+                phase[0] = "running"
             outcome["rows"] = site.execute(sql, params)
         except BaseException as e:  # handed to the main thread
             outcome["error"] = e
         finally:
             done.set()
-    threading.Thread(target=run, name="crr-sql-statement", daemon=True).start()
     try:
+        threading.Thread(target=run, name="crr-sql-statement", daemon=True).start()
         while not done.wait(0.1):
             pass
     except KeyboardInterrupt:
+        with claim:
+            if phase[0] == "pending":  # the thread never ran the statement (nor will it)
+                phase[0] = "cancelled"
+                raise
         # DuckDB drops an interrupt that comes while none of the statement's queries runs (between
         # them): ask again until the statement ends, interrupted (nothing changed) or done
         while not done.is_set():

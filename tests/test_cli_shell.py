@@ -191,3 +191,40 @@ def test_ctrl_c_says_interrupted_only_when_nothing_was_written():
         seen.add(outcome)
     assert "interrupted" in seen
     assert site.execute("SELECT count(*) FROM p") == [(1000,)]
+
+
+def test_ctrl_c_while_the_statement_thread_starts_is_never_said_of_a_statement_that_committed(monkeypatch):
+    """Ctrl-C can come at any bytecode of the shell's main thread, also while ``_interruptible`` starts
+    the statement's thread (the suite's machine, loaded, once took the timer's Ctrl-C there: "interrupted"
+    was said, and the thread went on and committed). Ctrl-C just before the thread starts, or just after,
+    must end with the statement not run, interrupted, or done, and said so."""
+    import threading
+
+    import crr
+    from crr.sync.commands import _interruptible
+    site = crr.Site(site_id="a")
+    site.execute("CREATE REPLICATED TABLE r (k BIGINT, v BIGINT)")
+    n = 300_000
+    start = threading.Thread.start
+
+    def ctrl_c_after_start(self):
+        start(self)
+        raise KeyboardInterrupt
+
+    def ctrl_c_before_start(self):
+        raise KeyboardInterrupt
+
+    for step, patched in enumerate([ctrl_c_after_start, ctrl_c_before_start, ctrl_c_after_start], start=1):
+        before = site.execute("SELECT count(*) FROM r")[0][0]
+        monkeypatch.setattr(threading.Thread, "start", patched)
+        try:
+            _interruptible(site, f"INSERT INTO r SELECT {step * n} + i, i FROM range({n}) t(i)", None)
+            outcome = "done"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+        finally:
+            monkeypatch.setattr(threading.Thread, "start", start)
+        # (a statement the shell left running holds the site until it ends: this count waits for it)
+        written = site.execute("SELECT count(*) FROM r")[0][0] - before
+        assert written == (0 if outcome == "interrupted" else n), (patched.__name__, outcome, written)
+    site.close()
