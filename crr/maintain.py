@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from crr import aggregate, colocated, replica
+from crr import aggregate, colocated, replica, sql_memo
 from crr.arrow_build import FALSE, int64_range, int64_scalar, string_scalar, strings
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, app_cols_sql, app_match, cols_sql, rows_sql, written_app_changes_sql
 from crr.arrow_result import arrow_rows, bool_column
@@ -950,13 +950,29 @@ class Maintainer:
                                 for r in sorted(changed)), tuple(single[r] for r in sorted(plan.inputs)))
         cached = self.sql_cache.get(key)
         if cached is None:
-            queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, single.__getitem__)]
-            union = " UNION ALL ".join(f"({q})" for q in queries)
-            cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
-                              {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
-                       FROM ({union}) p"""
-            cached = self.sql_cache[key] = (cand, len(queries) == 1)
+            def build() -> tuple[str, bool]:
+                queries = [q.sql("duckdb") for q in plan.delta_queries(changed, self._source, single.__getitem__)]
+                union = " UNION ALL ".join(f"({q})" for q in queries)
+                cand = f"""SELECT {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid,
+                                  {mid_sql(f'p.{IDS}')} AS mid, p.{IDS} AS ids, {cols_sql(view, 'p')}
+                           FROM ({union}) p"""
+                return cand, len(queries) == 1
+            cached = self.sql_cache[key] = sql_memo.memo(self._candidates_key(view, changed, single), build)
         return cached[0], cached[1], single
+
+    def _candidates_key(self, view: Relation, changed: set[str], single: dict[str, bool]) -> tuple:
+        """Everything :meth:`_candidates`' text is generated from, as plain values (the key of
+        :mod:`crr.sql_memo`, shared by the process's sites): the view's name, definition and columns
+        (its plan is compiled from them and its inputs' columns), and per input its name, kind, columns,
+        whether its monomials hold one id, and where this batch reads its delta (:meth:`_source`)."""
+        assert view.plan is not None
+        inputs = []
+        for r in view.plan.inputs:
+            rel = self.rels[r]
+            delta = (self.new_base[r] if rel.is_base else self.new_derived[r]) if r in changed else None
+            inputs.append((r, rel.kind, tuple(rel.columns), single[r], delta))
+        return ("candidates", view.name, view.definition, tuple(view.columns), view.aggregate is not None,
+                tuple(inputs))
 
     def _fresh_product(self, view: Relation, changed: set[str]) -> bool:
         """Whether none of the view's candidate monomials can be one it already holds, so adding them
