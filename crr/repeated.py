@@ -38,6 +38,7 @@ from crr.merge import (ENTRY_COLUMNS, MONOMIAL_COLUMNS, MergeInputs, entries_tak
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, value_text_sql
 
+
 class Home(Enum):
     """Where a site keeps what a changeset brings, as :func:`unheld_rows_sql` compares it."""
 

@@ -39,12 +39,6 @@ def memo(key: Hashable, build: Callable[[], T]) -> T:
     return value
 
 
-def size() -> int:
-    """How many values are kept (for tests)."""
-    with _lock:
-        return len(_memo)
-
-
 def clear() -> None:
     """Forget every value (for tests)."""
     with _lock:
