@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from crr.id_sets import ids_sql, listed_ids
 from crr.types import Column, key_hash_sql, quote_str
 
 if TYPE_CHECKING:
@@ -151,7 +152,11 @@ def checked_entries_sql(entries: ReceivedEntries) -> str:
     unkeyed_sql = ", ".join(quote_str(r) for r in sorted(entries.unkeyed)) or "NULL"
     foreign = ""
     if entries.elsewhere:
-        ids = " UNION ALL ".join(f"SELECT id FROM {t}" for t in entries.elsewhere)
+        # few entries: the other homes' scans keep only the entries' ids, listed as constants, where
+        # ``IN (subquery)`` hashed every id kept there (39 ms for 1M ids, against 1.3-1.7 ms)
+        listed = listed_ids(entries.ids) if entries.ids is not None else None
+        only = "" if listed is None else f" WHERE id IN ({ids_sql(listed)})"
+        ids = " UNION ALL ".join(f"SELECT id FROM {t}{only}" for t in entries.elsewhere)
         foreign = f"""WHEN id IN ({ids}) THEN
                 error('crr: an entry of ' || rel || ' has the id of another relation''s tuple; the changeset is '
                       || 'corrupt or forged')"""

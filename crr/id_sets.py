@@ -9,6 +9,8 @@ the answer is always exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -74,3 +76,23 @@ def distinct_ids(ids: pa.ChunkedArray | pa.Array) -> bool:
         return True
     low, _ = _words(ids)
     return pc.count_distinct(low).as_py() == len(low)
+
+
+MAX_LISTED_IDS = 64
+"""The most ids a statement lists as constants (:func:`listed_ids`) where it would otherwise join a
+batch's table of them with a large one: DuckDB then filters the large table's scan by the constants
+instead of building and probing a hash table (of the large side, for an ``IN (subquery)``)."""
+
+
+def listed_ids(ids: pa.ChunkedArray | pa.Array) -> list[int] | None:
+    """The distinct ids of ``ids`` as Python ints, sorted, when there are at most
+    :data:`MAX_LISTED_IDS` of them and none is null; None otherwise."""
+    values = id_storage(ids)
+    if len(values) > MAX_LISTED_IDS or values.null_count:
+        return None
+    return sorted({int.from_bytes(b, "little") for b in values.to_pylist()})
+
+
+def ids_sql(ids: Sequence[int]) -> str:
+    """SQL of a list of UHUGEINT constants, comma-separated (``NULL::UHUGEINT`` when empty)."""
+    return ", ".join(f"{i}::UHUGEINT" for i in ids) or "NULL::UHUGEINT"

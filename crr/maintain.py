@@ -55,7 +55,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
 from crr.cte import CteWrite, cte_values, returning_then_sql
 from crr.errors import ViewQueryError
-from crr.id_sets import all_in, distinct_ids, id_storage, index_in
+from crr.id_sets import all_in, distinct_ids, id_storage, ids_sql, index_in, listed_ids
 from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
                         NewEntryProbe, first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
                         takes_first_insert, takes_later_update, tuples_without_entries_sql)
@@ -66,9 +66,6 @@ from crr.sql.compile import IDS
 # the longest monomials whose flipped ids are looked up by one semi-join per position of ``ids``
 # (longer ones, or unknown lengths, are unnested: see holding_flipped_sql)
 MAX_POSITION_PROBES = 4
-# the most flipped ids a batch lists as constants where it looks up the monomials holding them
-# (holding_flipped_sql's ``listed``); more are read from the batch's registered Arrow table
-MAX_LISTED_IDS = 64
 _ZERO = int64_scalar(0)  # built without pyarrow's pandas probe (crr.arrow_build)
 
 
@@ -149,12 +146,15 @@ def temp_table(name: str) -> str:
     return f"temp.main.{quote_ident(name)}"
 
 
-def base_tuples_insert_sql(rel: Relation, rows: Rows, seq: int, fresh: bool) -> str:
+def base_tuples_insert_sql(rel: Relation, rows: Rows, seq: int, fresh: bool, listed: Sequence[int] | None = None) -> str:
     """One INSERT adding a merge's received tuples (``rows``) to a replicated table's ``$t`` and
     returning them: those ``$t`` lacks (an anti-join), or all of them when the caller knows ``$t``
     holds none (``fresh``: see :meth:`Maintainer._entries_new`; the anti-join probes every stored
-    tuple, 3-5 ms at 1M)."""
-    lacking = "" if fresh else f"ANTI JOIN {rel.aug('t')} t ON t.id = n.id"
+    tuple, 3-5 ms at 1M). ``listed``: the received ids as ints, when they are few
+    (:func:`crr.id_sets.listed_ids`): the anti-join then reads only the stored tuples of those ids
+    (a scan filtered by constants, no hash table of ``$t``)."""
+    stored = rel.aug("t") if listed is None else f"(SELECT id FROM {rel.aug('t')} WHERE id IN ({ids_sql(listed)}))"
+    lacking = "" if fresh else f"ANTI JOIN {stored} t ON t.id = n.id"
     return f"""INSERT INTO {rel.aug('t')}
         SELECT n.id, {cols_sql(rel, 'n')}, {int(seq)} FROM {rows_sql(rel, rows)} n {lacking}
         RETURNING id, {cols_sql(rel)}"""
@@ -182,13 +182,13 @@ def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: 
     are unnested.
 
     ``listed``: the same ids as Python ints, when the caller holds them and they are few (up to
-    :data:`MAX_LISTED_IDS`); then ``$m`` is scanned once, its ids compared with them as constants
+    :data:`crr.id_sets.MAX_LISTED_IDS`); then ``$m`` is scanned once, its ids compared with them as constants
     (``IN`` lists), which saves DuckDB a hash join per position: a small merge's membership MERGE
     on the convergence tests' join views took 6.1-6.9 ms instead of 8.2-9.7 (``flips`` is not read).
     """
     m = rel.aug("m")
     if listed is not None:
-        values = ", ".join(f"{i}::UHUGEINT" for i in sorted(set(listed))) or "NULL::UHUGEINT"
+        values = ids_sql(listed)
         select = f"SELECT {', '.join(f'm.{c}' for c in columns)} FROM {m} m WHERE "
         if longest == 1:
             return f"{select}m.mid IN ({values})"
@@ -415,7 +415,7 @@ class Maintainer:
         self.fresh: set[str] = set()
         self.flipped_rels: set[str] = set()  # relations with entries that grew or flipped (a superset)
         self.flips = ""  # FROM text of (id, rel, vis) whose visibility flipped, once _merge_cl ran
-        # the ids of flips as Python ints when a merge's _merge_cl wrote few (up to MAX_LISTED_IDS):
+        # the ids of flips as Python ints when a merge's _merge_cl wrote few (crr.id_sets.listed_ids):
         # holding_flipped_sql then compares them as constants; None otherwise
         self.flip_ids: list[int] | None = None
         # every causal-length entry the batch wrote, as Arrow (id, rel, vis): a superset of the flips
@@ -594,8 +594,7 @@ class Maintainer:
             return
         table = written[0] if len(written) == 1 else pa.concat_tables(written)
         self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', table)})"
-        if table.num_rows <= MAX_LISTED_IDS:
-            self.flip_ids = [int.from_bytes(b, "little") for b in id_storage(table.column("id")).to_pylist()]
+        self.flip_ids = listed_ids(table.column("id"))
         self.written_arrow = table
         self.flipped_rels = set(table.column("rel").unique().to_pylist())
 
@@ -848,7 +847,8 @@ class Maintainer:
         # a merge: one INSERT adds the tuples this site lacks and returns them, as the batch's delta
         # (a changeset's tuples hold each id once: Changeset.validate refuses duplicates)
         fresh = self._entries_new(rel, rows)
-        added = arrow_rows(self.con, base_tuples_insert_sql(rel, rows, self.seq, fresh))
+        listed = None if fresh else self._received_ids(rows)
+        added = arrow_rows(self.con, base_tuples_insert_sql(rel, rows, self.seq, fresh, listed))
         if added.num_rows:
             self.new_base[rel.name] = self._register(f"_crr_new_{rel.name}", added)
             self.added_arrow[rel.name] = added
@@ -856,6 +856,17 @@ class Maintainer:
             self.counts(rel.name).new_tuples += added.num_rows
             if not fresh and not rel.orphans:
                 self._note_orphans(rel)
+
+    def _received_ids(self, rows: Rows) -> list[int] | None:
+        """The ids of a merge's received tuples (an Arrow slot's) as ints when they are few
+        (:func:`crr.id_sets.listed_ids`); None otherwise, or when they are not in a slot."""
+        if rows.kind is not RowsKind.RECEIVED:
+            return None
+        try:
+            table = self.slots.table(rows.table)
+        except KeyError:  # a temp table, not a slot
+            return None
+        return listed_ids(table.column(rows.id_column))
 
     def _entries_new(self, rel: Relation, rows: Rows) -> bool:
         """Whether every received tuple of the replicated table ``rel`` has an id whose entry this
@@ -1622,8 +1633,10 @@ class Maintainer:
         # matching flipped known tuples has nothing to do (a merge of new rows skips it)
         if flipped and not self._written_all_new_to_replica(rel.name):
             older = flips if new is None else f"(SELECT f.* FROM {flips} f ANTI JOIN {new} n ON n.id = f.id)"
+            # few written ids: the scan of $t keeps only theirs (constants), not a hash join's probe
+            only = "" if self.flip_ids is None else f" WHERE t.id IN ({ids_sql(self.flip_ids)})"
             ins, dele = patch_app(self.con, rel, f"SELECT {cols_sql(rel, 't')}, f.vis AS keep "
-                                                 f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id")
+                                                 f"FROM {rel.aug('t')} t JOIN {older} f ON f.id = t.id{only}")
             counts.inserted += ins
             counts.deleted += dele
 
