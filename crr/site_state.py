@@ -49,6 +49,30 @@ _DUCKDB_ERRORS: list[tuple[type, type]] = [
 ]
 
 
+INTERRUPTED = "the statement was interrupted (Site.interrupt); nothing was changed"
+
+
+def _roll_back(con: duckdb.DuckDBPyConnection) -> None:
+    """End the open transaction, changing nothing. ``Site.interrupt`` from another thread can cut a
+    ROLLBACK short too (DuckDB raises InterruptException), which left the transaction open and
+    aborted: every later statement of the site failed ("Current transaction is aborted") until it
+    was opened again. So the ROLLBACK is repeated until it ends; any other error means no transaction
+    is open (a COMMIT that failed has ended it)."""
+    for _ in range(_ROLLBACK_TRIES):
+        try:
+            con.rollback()
+            return
+        except duckdb.InterruptException:
+            continue
+        except duckdb.Error:
+            return
+    raise SiteError(f"a transaction could not be rolled back: {_ROLLBACK_TRIES} attempts were interrupted "
+                    "(Site.interrupt); close the site and open it again (nothing it held is lost)")
+
+
+_ROLLBACK_TRIES = 1000
+
+
 @contextlib.contextmanager
 def translated_errors(rewritten: bool = False) -> Iterator[None]:
     """Re-raise DuckDB errors from user SQL as CrrError subclasses. ``rewritten``: the statement DuckDB
@@ -57,7 +81,7 @@ def translated_errors(rewritten: bool = False) -> Iterator[None]:
     try:
         yield
     except duckdb.InterruptException:
-        raise CrrError("the statement was interrupted (Site.interrupt); nothing was changed") from None
+        raise CrrError(INTERRUPTED) from None
     except duckdb.Error as e:
         text = str(e).strip()
         if "Corrupt database file" in text or "Could not read enough bytes" in text:  # damaged, or cut short
@@ -152,7 +176,12 @@ class SiteState:
         when it commits (so a rolled-back transaction leaves the catalog as the file has it)."""
         self.check_open()
         seq = self._seq_before = self.seq
-        self.con.begin()
+        try:
+            self.con.begin()
+        except duckdb.InterruptException:  # Site.interrupt from another thread, just then
+            self._seq_before = None
+            _roll_back(self.con)  # (whether the BEGIN took effect or not)
+            raise CrrError(INTERRUPTED) from None
         try:
             with translated_errors():  # DuckDB failing under crr's own statements (a damaged file, a full disk)
                 yield
@@ -166,10 +195,7 @@ class SiteState:
             self.seq = seq
             self.slots.rolled_back()
             self.widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
-            try:
-                self.con.rollback()
-            except duckdb.Error:
-                pass  # a COMMIT that failed has ended the transaction already
+            _roll_back(self.con)
             raise
         finally:
             self.staged = None

@@ -416,3 +416,91 @@ def test_a_dataframe_pyarrow_cannot_convert_is_a_type_mismatch():
     with pytest.raises(TypeMismatchError, match="insert_many into x"):
         s.insert_many("x", pd.DataFrame({"v": [2**100]}))
     assert s.insert_many("x", pd.DataFrame({"v": ["a", "b"]})) == 2
+
+
+class _InterruptedCalls:
+    """A connection whose ``begin()`` and ``rollback()`` raise DuckDB's InterruptException the first
+    ``begins`` and ``rollbacks`` times, and whose statements containing ``words`` are interrupted,
+    as ``Site.interrupt`` from another thread landing there does (a ROLLBACK cut short leaves the
+    transaction open)."""
+
+    def __init__(self, con, begins: int = 0, rollbacks: int = 0, words: str | None = None) -> None:
+        self.con, self.begins, self.rollbacks, self.words = con, begins, rollbacks, words
+
+    def begin(self):
+        if self.begins:
+            self.begins -= 1
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return self.con.begin()
+
+    def rollback(self):
+        if self.rollbacks:
+            self.rollbacks -= 1
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return self.con.rollback()
+
+    def execute(self, sql: str, params: Any = None):
+        if self.words is not None and self.words in sql:
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def __getattr__(self, name: str):
+        return getattr(self.con, name)
+
+
+@pytest.mark.parametrize("where", ["begin", "statement and rollback"])
+def test_an_interrupt_at_begin_or_rollback_is_a_crr_error_and_the_site_goes_on(where: str):
+    """Site.interrupt can land on a transaction's BEGIN (DuckDB's InterruptException escaped crr) or
+    cut its ROLLBACK short, which left the transaction open and aborted: every later statement of
+    the site failed ("Current transaction is aborted (please ROLLBACK)") until it was reopened."""
+    site = crr.Site(site_id="s")
+    site.execute("CREATE REPLICATED TABLE r (k INTEGER, v VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW p AS SELECT v FROM r")
+    site.execute("INSERT INTO r VALUES (1, 'a')")
+    before = site.execute("SELECT * FROM p"), site.cursor
+    con = site._con
+    site._con = (_InterruptedCalls(con, begins=1) if where == "begin"  # type: ignore[assignment]
+                 else _InterruptedCalls(con, rollbacks=3, words='"p$m"'))
+    try:
+        with pytest.raises(crr.CrrError, match="interrupted"):
+            site.insert_many("r", pa.table({"k": list(range(2, 2000)), "v": ["b"] * 1998}))
+    finally:
+        site._con = con
+    assert (site.execute("SELECT * FROM p"), site.cursor) == before
+    site.insert_many("r", [(5, "c")])
+    assert site.execute("SELECT * FROM p ORDER BY v") == [("a",), ("c",)]
+
+
+def test_interrupts_from_another_thread_at_any_moment_leave_writes_whole_and_the_site_usable():
+    """Another thread calling Site.interrupt at random moments while writes run: each write is done
+    or refused as interrupted (a CrrError, never DuckDB's own exception), the rows are those of the
+    writes that were done, and the site takes writes afterwards."""
+    import random
+    import threading
+    import time
+
+    site = crr.Site(site_id="s")
+    site.execute("CREATE REPLICATED TABLE r (k BIGINT, v BIGINT)")
+    stop = threading.Event()
+    pause = random.Random(7)
+
+    def interrupts() -> None:
+        while not stop.is_set():
+            site.interrupt()
+            time.sleep(pause.random() * 0.004)
+    thread = threading.Thread(target=interrupts, daemon=True)
+    thread.start()
+    done = 0
+    try:
+        for i in range(150):
+            try:  # 200 rows: the batch path, one transaction
+                site.execute(f"INSERT INTO r SELECT {i} * 1000 + j, j FROM range(200) t(j)")
+                done += 1
+            except crr.CrrError as e:
+                assert "interrupted" in str(e), e
+    finally:
+        stop.set()
+        thread.join()
+    assert site.execute("SELECT count(*) FROM r") == [(200 * done,)]
+    site.execute("INSERT INTO r VALUES (-1, -1)")
+    assert site.execute("SELECT count(*) FROM r") == [(200 * done + 1,)]
