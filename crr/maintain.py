@@ -541,9 +541,7 @@ class Maintainer:
         assert batch.local is not None and batch.applied_flips is not None
         self.result.cl_changed = batch.local.changes
         if batch.local.changes:
-            self.flips = rows_sql(self.rels[batch.local.relation], batch.applied_flips)
-            self.flip_ids = None  # the flips are not a merge's (holding_flipped_sql's listed)
-            self.flipped_rels = {batch.local.relation}
+            self._note_flips(rows_sql(self.rels[batch.local.relation], batch.applied_flips), {batch.local.relation})
             self.written_arrow = batch.applied_flips_arrow
         if batch.applied_fresh is not None:
             self.added_arrow[batch.local.relation] = pa.table({"id": batch.applied_fresh})
@@ -593,10 +591,9 @@ class Maintainer:
         if not written:
             return
         table = written[0] if len(written) == 1 else pa.concat_tables(written)
-        self.flips = f"(SELECT id, rel, vis FROM {self._register('_crr_flips', table)})"
-        self.flip_ids = listed_ids(table.column("id"))
+        self._note_flips(f"(SELECT id, rel, vis FROM {self._register('_crr_flips', table)})",
+                         set(table.column("rel").unique().to_pylist()), listed_ids(table.column("id")))
         self.written_arrow = table
-        self.flipped_rels = set(table.column("rel").unique().to_pylist())
 
     def _merge_replica(self, part: replica.ReplicaBatch) -> pa.Table:
         """Merge a replica's share of the batch, its entries and its tuples, in one MERGE (see
@@ -824,8 +821,13 @@ class Maintainer:
         if local.changes == 0:
             return
         self.local_written = arrow_rows(self.con, local_cl_merge_sql(local, self.seq)).column("id")
-        self.flips, self.flipped_rels = local_flips_sql(local), {local.relation}
-        self.flip_ids = None
+        self._note_flips(local_flips_sql(local), {local.relation})
+
+    def _note_flips(self, flips: str, rels: set[str], ids: list[int] | None = None) -> None:
+        """Note the batch's flips: ``flips``, FROM text of ``(id, rel, vis)``; ``rels``, their
+        relations; ``ids``, the same ids as ints when a merge wrote few (:func:`crr.id_sets.listed_ids`),
+        which :func:`holding_flipped_sql` then compares as constants (None for any other flips)."""
+        self.flips, self.flipped_rels, self.flip_ids = flips, rels, ids
 
     def _register(self, name: str, table: pa.Table) -> str:
         """Put an Arrow table in a slot for the rest of the batch; return the slot's quoted name."""
@@ -1496,9 +1498,7 @@ class Maintainer:
         """
         if only_new:
             return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
-        self.flips = flips
-        self.flip_ids = None  # the flips are not a merge's (holding_flipped_sql's listed)
-        self.flipped_rels = {rel.name}
+        self._note_flips(flips, {rel.name})
         parts: list[CteWrite] = []
         for n, (view, cand) in enumerate(views):
             new = f"_crr_added{n}"
@@ -1575,9 +1575,7 @@ class Maintainer:
         none of whose monomials is alive any more (:func:`membership_changes_sql` over the
         visibility the statement's own entry update left, which the statements after it see).
         """
-        self.flips = grown
-        self.flip_ids = None  # the flips are not a merge's (holding_flipped_sql's listed)
-        self.flipped_rels = {rel.name}
+        self._note_flips(grown, {rel.name})
         parts: list[CteWrite] = []
         for n, name in enumerate(derived):
             view = self.rels[name]

@@ -177,13 +177,10 @@ class SiteState:
         self.check_open()
         seq = self._seq_before = self.seq
         try:
-            self.con.begin()
-        except duckdb.InterruptException:  # Site.interrupt from another thread, just then
-            self._seq_before = None
-            _roll_back(self.con)  # (whether the BEGIN took effect or not)
-            raise CrrError(INTERRUPTED) from None
-        try:
-            with translated_errors():  # DuckDB failing under crr's own statements (a damaged file, a full disk)
+            # DuckDB failing under crr's own statements (a damaged file, a full disk), or Site.interrupt
+            # from another thread landing on any of them, the BEGIN too
+            with translated_errors():
+                self.con.begin()
                 yield
                 self.con.commit()
             self.slots.committed()
