@@ -136,9 +136,9 @@ def derivations_sql(view: Relation, source: Relation, tuples: Rows) -> str:
     assert view.plan is not None
     delta = sqlglot.parse_one(f"SELECT {cols_sql(source)}, vid AS {IDS} FROM {rows_sql(source, tuples)}",
                               read="duckdb").subquery()
-    (plan,) = view.plan.delta_queries({source.name}, lambda relation, is_delta: delta)
+    (plan,) = view.plan.delta_queries({source.name}, lambda relation, is_delta: delta.copy())  # a tree per use
     return f"""SELECT p.{IDS} AS id, {tuple_id_sql(view.name, view.aug_columns, 'p')} AS vid, {cols_sql(view, 'p')}
-               FROM ({plan.sql('duckdb')}) p"""
+               FROM ({plan.sql('duckdb', copy=False)}) p"""
 
 
 def _received_rows_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, single_versions: bool) -> str:

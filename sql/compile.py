@@ -162,21 +162,26 @@ class Branch:
         input's monomials hold one id each (see :func:`monomial_product`).
         """
         proj = []
+        built = {t: exp.DataType.build(t, dialect=DIALECT) for t in set(types)} if types is not None else {}
         for i, p in enumerate(self.projections):
             e = p.copy()
             if types is not None:
-                e = exp.Cast(this=e, to=exp.DataType.build(types[i], dialect=DIALECT))
-            proj.append(exp.alias_(e, names[i], quoted=True))
+                e = exp.Cast(this=e, to=built[types[i]].copy())  # each type parsed once
+            proj.append(exp.alias_(e, names[i], quoted=True, copy=False))
         if with_ids:
-            proj.append(exp.alias_(monomial_product([o.alias for o in self.occurrences], single), IDS, quoted=True))
-        query = exp.select(*proj)
+            proj.append(exp.alias_(monomial_product([o.alias for o in self.occurrences], single), IDS, quoted=True,
+                                   copy=False))
+        # every part is a new tree, so the builders take them as they are: their default copies the
+        # whole query at each step (most of the compile time of a view over a table of 1000 columns)
+        query = exp.select(*proj, copy=False)
         for i, occ in enumerate(self.occurrences):
             src = source(i)
-            aliased = exp.alias_(src, occ.alias, table=True, quoted=True) if not isinstance(src, exp.Table) \
-                else src.as_(occ.alias, quoted=True)
-            query = query.from_(aliased) if i == 0 else query.join(aliased, join_type="cross")
+            aliased = exp.alias_(src, occ.alias, table=True, quoted=True, copy=False) \
+                if not isinstance(src, exp.Table) else src.as_(occ.alias, quoted=True, copy=False)
+            query = query.from_(aliased, copy=False) if i == 0 \
+                else query.join(aliased, join_type="cross", copy=False)
         if self.predicate is not None:
-            query = query.where(self.predicate.copy())
+            query = query.where(self.predicate.copy(), copy=False)
         return query
 
 

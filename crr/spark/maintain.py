@@ -305,7 +305,7 @@ class SparkMaintainer:
         if not changed:
             return
         with view_errors(view.name):
-            name = self._view(union_all([self.spark.sql(q.sql("spark"))
+            name = self._view(union_all([self.spark.sql(q.sql("spark", copy=False))  # new trees: no copy
                                          for q in plan.delta_queries(changed, self._source)]))
             # the candidates, computed once (the plans' branches may derive one monomial twice)
             cand = self._keep(self.spark.sql(f"SELECT {tuple_id_sql(view.name, view.aug_columns)} AS vid, "
