@@ -151,6 +151,7 @@ class Branch:
     def select(self, names: list[str], types: list[str] | None, source: Callable[[int], exp.Expression],
                with_ids: bool, single: list[bool] | None = None) -> exp.Select:
         """The branch as a SELECT whose i-th input is ``source(i)``, optionally with the monomial column.
+        ``source`` gives a new tree at every call: the SELECT takes it as its own, uncopied.
 
         This builds ``pi sigma_p (S1 x ... x Sn)`` for the sources ``Si = source(i)``: the
         occurrences become a CROSS JOIN, the predicate a WHERE. Selection and projection commute
@@ -291,7 +292,8 @@ class ViewPlan:
         (:func:`monomial_product`).
 
         ``source(relation, delta)`` gives the SQL of a relation's delta (``delta=True``) or full
-        augmented state, each with the relation's AUG columns (``c0, c1, ...``) plus ``_crr_ids``;
+        augmented state, each with the relation's AUG columns (``c0, c1, ...``) plus ``_crr_ids``,
+        as a new tree at every call (the plan takes it as its own, uncopied: :meth:`Branch.select`);
         the plan's output columns are the view's AUG columns plus ``_crr_ids``.
 
         The identity each plan implements: for a branch ``X1 x ... x Xn`` filtered and projected,
@@ -326,7 +328,8 @@ class ViewPlan:
         return plans
 
     def full_query(self, source: Callable[[str], exp.Expression] | None = None) -> exp.Expression:
-        """The view as a plain set query over its inputs (APP tables unless ``source`` is given).
+        """The view as a plain set query over its inputs (APP tables unless ``source`` is given: a new
+        tree at every call, as for :meth:`delta_queries`).
 
         No delta and no monomials: the branches under ``UNION`` (set semantics), with the view's
         output names. The compiler uses it to let DuckDB type the view's columns.
