@@ -87,10 +87,18 @@ instead of building and probing a hash table (of the large side, for an ``IN (su
 def listed_ids(ids: pa.ChunkedArray | pa.Array) -> list[int] | None:
     """The distinct ids of ``ids`` as Python ints, sorted, when there are at most
     :data:`MAX_LISTED_IDS` of them and none is null; None otherwise."""
+    listed = listed_id_bytes(ids)
+    return None if listed is None else sorted(int.from_bytes(b, "little") for b in listed)
+
+
+def listed_id_bytes(ids: pa.ChunkedArray | pa.Array) -> list[bytes] | None:
+    """The distinct ids of ``ids`` as their 16 bytes (as a Spark site stores them,
+    :func:`crr.spark.encoding.hugeint_to_binary`), sorted, when there are at most
+    :data:`MAX_LISTED_IDS` of them and none is null; None otherwise."""
     values = id_storage(ids)
     if len(values) > MAX_LISTED_IDS or values.null_count:
         return None
-    return sorted({int.from_bytes(b, "little") for b in values.to_pylist()})
+    return sorted(set(values.to_pylist()))
 
 
 def ids_sql(ids: Sequence[int]) -> str:

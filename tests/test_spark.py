@@ -22,6 +22,7 @@ import pytest
 import crr
 from crr.errors import (CatalogError, ChangesetError, ConstraintError, SchemaMismatchError, SqlError,
                         TypeMismatchError, UnsupportedSqlError)
+from crr.id_sets import MAX_LISTED_IDS
 from crr.types import Column, quote_ident, tuple_id_sql as duckdb_id_sql
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime (Java 17 is on CI)")
@@ -769,6 +770,44 @@ def test_derivations_received_again_are_not_stored_twice(spark, tmp_path):
     for s in (duck, site):
         s.merge(edge.changes(relations=["u"]).to_bytes())
     assert _spark_rows(site, "u") == _duck(duck, "u") == [(30,)]
+    site.close()
+
+
+def test_tuples_and_entries_received_again_are_not_stored_twice(spark, tmp_path, monkeypatch):
+    """A changeset merged again adds no tuple and no causal-length entry row, whether its ids are few
+    enough to filter the stored rows by as constants (``crr.spark.tables.of_ids``, a small merge's
+    path) or many (a semi join with the batch): a filter that missed the stored rows would append
+    them again. The rows stay those of the DuckDB site the changesets came from."""
+    import crr.spark.maintain as maintain
+    listed: list[bool] = []  # per stored-state lookup by ids: whether it took the ids as constants
+    real = maintain.of_ids
+    monkeypatch.setattr(maintain, "of_ids", lambda state, ids, given, small: (
+        listed.append(given is not None), real(state, ids, given, small))[1])
+    ddl = ["CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)"]
+    edge, _, site = _edge_duck_spark(spark, tmp_path, ddl, ddl)
+
+    def stored() -> tuple[int, int]:  # rows of the tuples and of the entries (append-only) tables
+        return site._store.read("t:r").count(), site._store.read("cl").count()
+
+    edge.execute("INSERT INTO r VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    small = edge.changes().to_bytes()
+    assert site.merge(small).new_tuples == {"r": 3}
+    assert stored() == (3, 3)
+    again = site.merge(small)
+    assert again.new_tuples == {} and not again.changed and stored() == (3, 3)
+    assert len(listed) == 4 and all(listed), listed  # the entries' and tuples' lookups, both merges
+    edge.execute("UPDATE r SET v = 'b2' WHERE k = 2")  # a new tuple and its entry; the old entry grows
+    update = edge.changes().to_bytes()
+    assert site.merge(update).new_tuples == {"r": 1} and stored() == (4, 5)
+    assert not site.merge(update).changed and stored() == (4, 5)
+    listed.clear()
+    n = 3 * MAX_LISTED_IDS
+    edge.insert_many("r", [(k, f"v{k}") for k in range(10, 10 + n)])
+    large = edge.changes().to_bytes()
+    assert site.merge(large).new_tuples == {"r": n} and stored() == (4 + n, 5 + n)
+    assert not site.merge(large).changed and stored() == (4 + n, 5 + n)
+    assert len(listed) == 4 and not any(listed), listed  # more ids than are listed: the semi joins
+    assert _spark_rows(site, "r") == _duck(edge, "r")
     site.close()
 
 

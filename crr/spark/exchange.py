@@ -24,7 +24,7 @@ from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation
 from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.errors import ChangesetError
-from crr.id_sets import distinct_keys
+from crr.id_sets import distinct_keys, listed_id_bytes
 from crr.batch_rows import rows_sql
 from crr.causal import checked_entries_sql
 from crr.merge import MergeInputs, changeset_errors, plan_merge
@@ -107,6 +107,9 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
             frame = values_frame(spark, rel, rc.tuples, "id", what)
             if rel.is_base:
                 batch.base[rel.name] = frame
+                listed = listed_id_bytes(rc.tuples.column("id"))
+                if listed is not None:
+                    batch.listed[rel.name] = listed
             else:  # a replicated table's tuples into a remote relation: each its own monomial
                 batch.derived[rel.name] = frame.select(F.col("id").alias("vid"), F.array("id").alias("ids"),
                                                        *aug_cols(rel))
@@ -131,6 +134,7 @@ def batch_of(spark: SparkSession, catalog: Catalog, cs: Changeset, held: list[tu
             batch.cl_rows = cs.cl.num_rows
             batch.cl_keyed = cs.cl.column("kh").null_count < cs.cl.num_rows
             batch.cl_one_per_key = distinct_keys(cs.cl.column("kh"))
+            batch.cl_listed = listed_id_bytes(cs.cl.column("id"))  # (a superset of the frame's: any relation)
     return batch
 
 

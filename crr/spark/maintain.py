@@ -42,7 +42,7 @@ from crr.spark.membership import (base_lookups, changed_monomials, count_changes
                                   parity_flips, patched_base_app, patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
 from crr.spark.tables import (BROADCAST_ROWS, CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app,
-                              current_cl, kept_rows, monos_key, small_side, tuples_key, union_all, visibility)
+                              current_cl, kept_rows, monos_key, of_ids, tuples_key, union_all, visibility)
 
 _names = itertools.count()
 _PYSPARK_MAJOR = int(pyspark.__version__.split(".")[0])
@@ -66,8 +66,10 @@ class SparkBatch:
     cl_rows: int | None = None  # at most how many entries ``cl`` holds (None: unknown)
     cl_keyed: bool = True  # whether some entry of ``cl`` may carry a key hash (False only when known)
     cl_one_per_key: bool = False  # whether no two entries of ``cl`` carry one key hash (True only when known)
+    cl_listed: list[bytes] | None = None  # the ids of ``cl``'s entries (or more) when few (crr.spark.tables.of_ids)
     wide: set[str] = field(default_factory=set)  # relations of ``derived`` with a monomial of several ids
     rows: dict[str, int] = field(default_factory=dict)  # at most how many rows each frame of base/derived has
+    listed: dict[str, list[bytes]] = field(default_factory=dict)  # a base frame's tuple ids when few (of_ids)
     revalued: frozenset[str] = frozenset()  # relations whose APP table is recomputed (crr.merge.relineaged)
 
 
@@ -160,10 +162,10 @@ class SparkMaintainer:
         if batch.cl is not None:
             self.keyed_batch = batch.cl_keyed
             self.one_per_key = batch.cl_one_per_key
-            self._merge_cl(batch.cl, batch.cl_relations, batch.cl_rows)
+            self._merge_cl(batch.cl, batch.cl_relations, batch.cl_rows, batch.cl_listed)
         def small(name: str) -> bool:
             return batch.rows.get(name, BROADCAST_ROWS + 1) <= BROADCAST_ROWS
-        self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df, small(n))
+        self._parallel([lambda n=name, df=df: self._add_tuples(self.rels[n], df, small(n), batch.listed.get(n))
                         for name, df in batch.base.items()]
                        + [lambda n=name, df=df: self._add_derivations(self.rels[n], df, small(n))
                           for name, df in batch.derived.items()])
@@ -213,17 +215,20 @@ class SparkMaintainer:
         self.result.refreshed.append(view.name)
         return self.result
 
-    def _merge_cl(self, entries: DataFrame, relations: set[str], rows: int | None) -> None:
+    def _merge_cl(self, entries: DataFrame, relations: set[str], rows: int | None,
+                  listed: list[bytes] | None = None) -> None:
         """Append the entries that grow an id's current one (one job). An id's relation and key hash
         never change: entries disagreeing with the stored ones fail the job (``raise_error``), which
         aborts the transaction. ``entries`` holds at most one row per id (:attr:`SparkBatch.cl`);
-        ``relations``: the relations of the entries; ``rows``: at most how many there are.
+        ``relations``: the relations of the entries; ``rows``: at most how many there are; ``listed``:
+        their ids as constants when few (:func:`crr.spark.tables.of_ids`).
 
         The entries written are kept (a local checkpoint) with their length before (``o_cl``, null for
         a new id), from which step 5 reads the flips."""
         self.small = rows is not None and rows <= BROADCAST_ROWS  # the entries written are at most these
-        # only the stored rows of the batch's ids are grouped (read by broadcast when the batch is small)
-        stored = self.txn.read(CL).join(small_side(entries.select("id"), self.small), "id", "left_semi")
+        # only the stored rows of the batch's ids are grouped (filtered by the listed ids, or read by
+        # broadcast when the batch is small)
+        stored = of_ids(self.txn.read(CL), entries, listed, self.small)
         old = current_cl(stored).select("id", F.col("rel").alias("o_rel"), F.col("kh").alias("o_kh"),
                                         F.col("cl").alias("o_cl"), F.col("stamp").alias("o_stamp"))
         joined = entries.join(old, "id", "left")
@@ -243,11 +248,12 @@ class SparkMaintainer:
             self.flipped = set(relations)
             self.written = written
 
-    def _add_tuples(self, rel: Relation, tuples: DataFrame, small: bool) -> None:
+    def _add_tuples(self, rel: Relation, tuples: DataFrame, small: bool, listed: list[bytes] | None = None) -> None:
         """Append the base tuples ``rel`` lacks; they are its delta. ``small``: ``tuples`` can be
-        broadcast (at most :data:`BROADCAST_ROWS` rows)."""
+        broadcast (at most :data:`BROADCAST_ROWS` rows); ``listed``: their ids as constants when few
+        (:func:`crr.spark.tables.of_ids`)."""
         key = tuples_key(rel)
-        stored = self.txn.read(key).select("id").join(small_side(tuples.select("id"), small), "id", "left_semi")
+        stored = of_ids(self.txn.read(key).select("id"), tuples, listed, small)
         new = tuples.join(stored, "id", "left_anti")
         part, n = self.txn.append(key, new.select("id", *aug_cols(rel), F.lit(self.seq).alias("seq")))
         if n:

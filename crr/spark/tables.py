@@ -154,6 +154,17 @@ def small_side(df: DataFrame, small: bool) -> DataFrame:
     return F.broadcast(df) if small else df
 
 
+def of_ids(state: DataFrame, ids: DataFrame, listed: list[bytes] | None, small: bool) -> DataFrame:
+    """The rows of ``state`` whose ``id`` is one of the ids of frame ``ids``. ``listed``: those ids as
+    constants (a changeset's few, :func:`crr.id_sets.listed_id_bytes`; a superset does as well):
+    then ``state`` is filtered by them, with no job to collect and broadcast ``ids`` first (one Spark
+    job where the broadcast semi join runs two, and a small merge costs its number of jobs); else a
+    semi join with ``ids``, broadcast when ``small`` (:func:`small_side`)."""
+    if listed is not None:
+        return state.where(F.col("id").isin(listed))
+    return state.join(small_side(ids.select("id"), small), "id", "left_semi")
+
+
 def kept_rows(df: DataFrame) -> int:
     """The number of rows of a kept frame (a local checkpoint, already computed or computed now), in
     one Spark job over its partitions. ``DataFrame.count`` plans an aggregation, which adaptive
