@@ -332,6 +332,23 @@ def test_a_tuple_sent_twice_in_one_changeset_is_refused(as_bytes: bool, receiver
 
 
 
+@pytest.mark.parametrize("rows", [3, 200])
+def test_an_entry_sent_twice_in_one_changeset_is_refused(rows: int):
+    """A changeset holds each causal-length entry's id once (Changeset.validate), which the merge of
+    rows new to the site relies on (``crr.point_merge.received_new_batch`` does not count them again):
+    an entry repeated, in a changeset of few rows or of a batch, is refused before anything is written."""
+    a, b = keyed_pair()
+    a.insert_many("t", [(k, f"v{k}") for k in range(10, 10 + rows)])
+    cs = a.changes(since=b.peer_cursor("a", "t"))
+    cs.cl = pa.concat_tables([cs.cl, cs.cl.slice(rows // 2, 1)])
+    before = state(b)
+    with pytest.raises(crr.ChangesetError, match="causal lengths: column 'id' holds duplicates"):
+        b.merge(cs.to_bytes())
+    assert state(b) == before
+    b.merge(a.changes())
+    assert app(b, "t") == app(a, "t")
+
+
 TIE_HOMES = {  # how the receiver holds k: each keeps the entries in another home and decides visibility
     "replicated": "CREATE REPLICATED TABLE k (id INT PRIMARY KEY, v VARCHAR)",
     "remote table": "CREATE REMOTE TABLE k (id INT PRIMARY KEY, v VARCHAR)",
