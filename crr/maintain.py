@@ -870,6 +870,36 @@ class Maintainer:
             return None
         return listed_ids(table.column(rows.id_column))
 
+    def _listed_rows(self, part: colocated.ColocatedBatch) -> colocated.ListedRows | None:
+        """A co-located view's batch's ids (its entries' and its tuples') and its entries' key hashes as
+        ints when each is few (:func:`crr.id_sets.listed_ids`); None otherwise. Key hashes None when
+        some entry has none (then none is listed)."""
+        ids: set[int] = set()
+        key_hashes: list[int] | None = None
+        if part.entries is not None:
+            listed = listed_ids(part.entries.ids) if part.entries.ids is not None else None
+            if listed is None:
+                return None
+            ids.update(listed)
+            khs = self._slot_column(part.entries.table, "kh", part.entries.relations)
+            key_hashes = listed_ids(khs) if khs is not None else None
+        if part.tuples is not None:
+            listed = self._received_ids(part.tuples)
+            if listed is None:
+                return None
+            ids.update(listed)
+        return colocated.ListedRows(tuple(sorted(ids)), None if key_hashes is None else tuple(key_hashes))
+
+    def _slot_column(self, slot: str, column: str, relations: frozenset[str]) -> pa.ChunkedArray | None:
+        """A column of a merge's received entries (an Arrow slot's), of the rows of ``relations``; None
+        when they are not in a slot."""
+        try:
+            table = self.slots.table(slot)
+        except KeyError:  # a temp table, not a slot
+            return None
+        rels = pa.array(sorted(relations), pa.string())
+        return table.filter(pc.is_in(table.column("rel"), value_set=rels)).column(column)
+
     def _entries_new(self, rel: Relation, rows: Rows) -> bool:
         """Whether every received tuple of the replicated table ``rel`` has an id whose entry this
         batch's causal-length MERGE inserted (:attr:`new_entries`), while ``$t`` holds no tuple without
@@ -928,7 +958,8 @@ class Maintainer:
                 self.sql_cache[key] = (colocated.derivations_sql(view, source, part.tuples), False)
             derivations = self.sql_cache[key][0]
         written = self._write_entries(part.entries, colocated.home(view, source.name), part.tuples, "vid",
-                                      lambda: colocated.first_insert_sql(view, part, derivations, self.seq),
+                                      lambda: colocated.first_insert_sql(view, part, derivations, self.seq,
+                                                                         self._listed_rows(part)),
                                       lambda: colocated.update_sql(view, part, derivations, self.seq),
                                       lambda single: colocated.merge_sql(view, part, derivations, self.seq, single),
                                       Follow(*colocated.app_changes_after(view, part.entries)))

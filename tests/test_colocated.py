@@ -291,6 +291,34 @@ def test_a_batch_the_first_insert_covers_in_part_is_maintained_whole(base):
     assert result["p"]["inserted"] == 3
 
 
+def test_a_small_batch_finds_the_stored_row_of_a_tuple_that_comes_without_its_entry(base):
+    """A small batch of first inserts lists its ids as constants for the INSERT's look at ``$w``
+    (``colocated.ListedRows``): the ids of its tuples as well as its entries'. Here the batch brings
+    the tuple of a row whose entry arrived alone before, without that entry: the INSERT must see the
+    stored row and leave it to the MERGE. Fails if only the entries' ids were listed (the INSERT then
+    adds a second row for that id, and the tuple shows twice or not at all)."""
+    import pyarrow as pa
+
+    v = view_site(views=(("p", "SELECT b, c FROM r"),))
+    base.execute("INSERT INTO r VALUES (1, 1, 'x')")
+    first = base.changes()
+    assert first.cl is not None
+    v.merge(without_tuples(first))  # the entry of (1, 1, 'x') alone: the site holds its id, no values
+    (stored,) = first.cl.column("id").to_pylist()
+    base.execute("INSERT INTO r VALUES (2, 2, 'y'), (3, 3, 'z')")
+    cs = base.changes()  # the three tuples and entries; the stored entry is taken out below
+    assert cs.cl is not None
+    cs.cl = cs.cl.filter(pa.array([i != stored for i in cs.cl.column("id").to_pylist()]))
+    assert cs.cl.num_rows == 2 and cs.relation("r").tuples.num_rows == 3
+    from tests.test_point import _statements
+    ran = " ".join(_statements(v, lambda: v.merge(cs.to_bytes())))
+    assert 'FROM _crr."p$w" WHERE id IN (' in ran  # the stored rows looked at by the listed ids
+    assert v.execute('SELECT count(*), count(DISTINCT id) FROM _crr."p$w"') == [(3, 3)]
+    assert app(v, "p") == expected(base, "SELECT b, c FROM r") == [(1, "x"), (2, "y"), (3, "z")]
+    stored_id = stored if isinstance(stored, int) else int.from_bytes(stored, "little")
+    assert stored_id in {r[0] for r in v.execute('SELECT id FROM _crr."p$w" WHERE vid IS NOT NULL')}
+
+
 def test_deletes_of_rows_whose_values_never_arrived_take_the_merge_after_the_update(base):
     """The view site holds the entries of some rows without their values; a batch of deletes then
     brings those rows' tuples too: the UPDATE of ``$w`` (with the APP DELETE reading its rows) writes
