@@ -90,6 +90,23 @@ class ReceivedEntries:
     untupled: pa.Array | None = None
 
 
+@dataclass(frozen=True)
+class ListedIds:
+    """A small batch's ids as constants (:func:`crr.id_sets.listed_ids`), for the statements that look
+    up what a home stores of them: every id of its rows (its entries' and any tuples' it brings the
+    home), and every key hash of its entries, or None when some entry has none. A scan filtered by
+    them replaces a join that hashed the whole home."""
+
+    ids: tuple[int, ...]
+    key_hashes: tuple[int, ...] | None
+
+    def stored_sql(self, table: str, column: str = "id") -> str:
+        """FROM text of the rows of ``table`` whose ``column`` is one of the listed ids (``kh``: key hashes)."""
+        listed = self.ids if column == "id" else self.key_hashes
+        assert listed is not None
+        return f"(SELECT {column} FROM {table} WHERE {column} IN ({ids_sql(listed)}))"
+
+
 class NewEntryProbe(Enum):
     """How :func:`first_entries_insert_sql` finds the received entries it must leave to the MERGE."""
 
@@ -300,7 +317,8 @@ def cl_merge_sql(received: ReceivedEntries, seq: int, single_versions: bool = Fa
         RETURNING id, rel, vis, merge_action = 'INSERT' AS new_entry"""
 
 
-def first_entries_insert_sql(received: ReceivedEntries, seq: int, probe: NewEntryProbe) -> str:
+def first_entries_insert_sql(received: ReceivedEntries, seq: int, probe: NewEntryProbe,
+                             listed: ListedIds | None = None) -> str:
     """One INSERT adding to ``_crr.cl`` the received entries whose ids it holds no entry of, in place
     of :func:`cl_merge_sql` for a batch of first inserts (:func:`takes_first_insert`); it returns
     what that MERGE returns for them, ``(id, rel, vis, new_entry)``.
@@ -316,13 +334,17 @@ def first_entries_insert_sql(received: ReceivedEntries, seq: int, probe: NewEntr
     as it would without the INSERT. An INSERT costs
     less than the MERGE, whose three ``WHEN`` clauses DuckDB plans and runs whether or not a row
     matches (a 1000-row batch into 100k stored entries, the paper's join view site: 6.1-7.5 ms
-    against 10.4-13.8 ms). ``probe`` says how it finds the stored entries (:class:`NewEntryProbe`)."""
+    against 10.4-13.8 ms). ``probe`` says how it finds the stored entries (:class:`NewEntryProbe`);
+    ``listed``: the batch's few ids and key hashes, which then filter the scans of ``_crr.cl``."""
     using = entry_delta_sql(received, CL, True)
     if probe is NewEntryProbe.KEYS:
         assert received.keys_checked
-        stored = "ANTI JOIN _crr.cl c ON c.kh = d.kh"
+        keys = CL.table if listed is None or listed.key_hashes is None else listed.stored_sql(CL.table, "kh")
+        stored = f"ANTI JOIN {keys} c ON c.kh = d.kh"
     else:
-        stored = f"ANTI JOIN _crr.cl c ON c.id = d.id {without_rivals_sql(received, CL)}"
+        ids = CL.table if listed is None else listed.stored_sql(CL.table)
+        rivals = without_rivals_sql(received, CL, None if listed is None else listed.key_hashes)
+        stored = f"ANTI JOIN {ids} c ON c.id = d.id {rivals}"
     return f"""INSERT INTO _crr.cl (id, rel, cl, kh, stamp, vis, seq)
         SELECT d.id, d.rel, d.cl, d.kh, d.stamp, d.cl % 2 = 1, {int(seq)}
         FROM ({using}) d {stored}

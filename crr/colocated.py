@@ -52,9 +52,8 @@ import sqlglot
 from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
 from crr.cte import CteWrite
-from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ReceivedEntries, empty_entries_sql, entry_delta_sql,
-                        later_entries_update_sql, without_rivals_sql)
-from crr.id_sets import ids_sql
+from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ListedIds, ReceivedEntries, empty_entries_sql,
+                        entry_delta_sql, later_entries_update_sql, without_rivals_sql)
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, tuple_id_sql
@@ -69,15 +68,6 @@ class ColocatedBatch:
     source: str
     tuples: Rows | None  # the source's received tuples (RowsKind.RECEIVED)
     entries: ReceivedEntries | None  # the source's received entries (``relations`` is just the source)
-
-
-@dataclass(frozen=True)
-class ListedRows:
-    """A small batch's ids as constants (:func:`crr.id_sets.listed_ids`): every id of its rows (its
-    entries' and its tuples'), and every key hash of its entries, or None when some entry has none."""
-
-    ids: tuple[int, ...]
-    key_hashes: tuple[int, ...] | None
 
 
 def home(view: Relation, source: str) -> EntryHome:
@@ -217,7 +207,7 @@ def merge_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, se
 
 
 def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | None, seq: int,
-                     listed: ListedRows | None = None) -> str:
+                     listed: ListedIds | None = None) -> str:
     """One INSERT adding to the view's ``$w`` the batch's rows whose ids it holds no row of (and whose
     keys have no other present version: :func:`crr.causal.without_rivals_sql`), in place of
     :func:`merge_sql` for a batch of first inserts (:func:`crr.causal.takes_first_insert`); it returns
@@ -225,11 +215,11 @@ def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | N
     runs after it when some received entry was not written, or some received tuple has no entry in
     the batch (its row may be stored: see :func:`crr.causal.first_entries_insert_sql`).
 
-    ``listed``: the batch's few ids and key hashes as constants (:class:`ListedRows`): the scans of
+    ``listed``: the batch's few ids and key hashes as constants (:class:`crr.causal.ListedIds`): the scans of
     ``$w`` for stored rows and for rivals keep only theirs, where each join hashed the whole table
     (a 1-row merge into a view of a 1M-row source: two hash joins of 6.8 and 5.8 ms)."""
     w = view.aug("w")
-    stored = w if listed is None else f"(SELECT id FROM {w} WHERE id IN ({ids_sql(listed.ids)}))"
+    stored = w if listed is None else listed.stored_sql(w)
     rivals = without_rivals_sql(batch.entries, home(view, batch.source), None if listed is None else listed.key_hashes)
     return f"""INSERT INTO {w} ({_row_columns(view)})
         SELECT {_new_row_sql(view, seq)}

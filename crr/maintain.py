@@ -56,7 +56,7 @@ from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_updat
 from crr.cte import CteWrite, cte_values, returning_then_sql
 from crr.errors import ViewQueryError
 from crr.id_sets import all_in, distinct_ids, id_storage, ids_sql, index_in, listed_ids
-from crr.causal import (CL, EntryHome, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
+from crr.causal import (CL, EntryHome, ListedIds, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
                         NewEntryProbe, first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
                         takes_first_insert, takes_later_update, tuples_without_entries_sql)
 from crr.types import quote_ident, quote_str, tuple_id_sql
@@ -574,7 +574,8 @@ class Maintainer:
             probe = (NewEntryProbe.KEYS if received.keys_checked and SiteFlag.UNCHECKED_ENTRIES not in self.flags
                      else NewEntryProbe.IDS_AND_RIVALS)
             merged = self._write_entries(received, CL, None, None,
-                                         lambda: first_entries_insert_sql(received, self.seq, probe),
+                                         lambda: first_entries_insert_sql(received, self.seq, probe,
+                                                                          self._listed(received)),
                                          lambda: cl_update_sql(received, self.seq),
                                          lambda single: cl_merge_sql(received, self.seq, single)).rows
             self.result.cl_changed = merged.num_rows
@@ -608,7 +609,8 @@ class Maintainer:
         if follow is None:
             follow, derived = self._derivations_after(rel, part)
         written = self._write_entries(part.entries, replica.home(rel), part.tuples, "tseq",
-                                      lambda: replica.first_insert_sql(rel, part, self.seq, values=bool(derived)),
+                                      lambda: replica.first_insert_sql(rel, part, self.seq, values=bool(derived),
+                                                                      listed=self._listed(part.entries, part.tuples)),
                                       lambda: replica.update_sql(rel, part, self.seq),
                                       lambda single: replica.merge_sql(rel, part, self.seq, single), follow)
         # reported as the general path reports them: a view the written entries touched, a view
@@ -870,25 +872,25 @@ class Maintainer:
             return None
         return listed_ids(table.column(rows.id_column))
 
-    def _listed_rows(self, part: colocated.ColocatedBatch) -> colocated.ListedRows | None:
-        """A co-located view's batch's ids (its entries' and its tuples') and its entries' key hashes as
-        ints when each is few (:func:`crr.id_sets.listed_ids`); None otherwise. Key hashes None when
-        some entry has none (then none is listed)."""
+    def _listed(self, entries: ReceivedEntries | None, tuples: Rows | None = None) -> ListedIds | None:
+        """A batch's ids for one home (its entries' and the tuples it brings there) and its entries' key
+        hashes as ints when each is few (:func:`crr.id_sets.listed_ids`); None otherwise. Key hashes
+        None when some entry has none (then none is listed)."""
         ids: set[int] = set()
         key_hashes: list[int] | None = None
-        if part.entries is not None:
-            listed = listed_ids(part.entries.ids) if part.entries.ids is not None else None
+        if entries is not None:
+            listed = listed_ids(entries.ids) if entries.ids is not None else None
             if listed is None:
                 return None
             ids.update(listed)
-            khs = self._slot_column(part.entries.table, "kh", part.entries.relations)
+            khs = self._slot_column(entries.table, "kh", entries.relations)
             key_hashes = listed_ids(khs) if khs is not None else None
-        if part.tuples is not None:
-            listed = self._received_ids(part.tuples)
+        if tuples is not None:
+            listed = self._received_ids(tuples)
             if listed is None:
                 return None
             ids.update(listed)
-        return colocated.ListedRows(tuple(sorted(ids)), None if key_hashes is None else tuple(key_hashes))
+        return ListedIds(tuple(sorted(ids)), None if key_hashes is None else tuple(key_hashes))
 
     def _slot_column(self, slot: str, column: str, relations: frozenset[str]) -> pa.ChunkedArray | None:
         """A column of a merge's received entries (an Arrow slot's), of the rows of ``relations``; None
@@ -959,7 +961,7 @@ class Maintainer:
             derivations = self.sql_cache[key][0]
         written = self._write_entries(part.entries, colocated.home(view, source.name), part.tuples, "vid",
                                       lambda: colocated.first_insert_sql(view, part, derivations, self.seq,
-                                                                         self._listed_rows(part)),
+                                                                         self._listed(part.entries, part.tuples)),
                                       lambda: colocated.update_sql(view, part, derivations, self.seq),
                                       lambda single: colocated.merge_sql(view, part, derivations, self.seq, single),
                                       Follow(*colocated.app_changes_after(view, part.entries)))
