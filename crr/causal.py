@@ -342,13 +342,22 @@ def first_entries_insert_sql(received: ReceivedEntries, seq: int, probe: NewEntr
         keys = CL.table if listed is None or listed.key_hashes is None else listed.stored_sql(CL.table, "kh")
         stored = f"ANTI JOIN {keys} c ON c.kh = d.kh"
     else:
-        ids = CL.table if listed is None else listed.stored_sql(CL.table)
-        rivals = without_rivals_sql(received, CL, None if listed is None else listed.key_hashes)
-        stored = f"ANTI JOIN {ids} c ON c.id = d.id {rivals}"
+        stored = without_stored_sql(received, CL, listed)
     return f"""INSERT INTO _crr.cl (id, rel, cl, kh, stamp, vis, seq)
         SELECT d.id, d.rel, d.cl, d.kh, d.stamp, d.cl % 2 = 1, {int(seq)}
         FROM ({using}) d {stored}
         RETURNING id, rel, vis, true AS new_entry"""
+
+
+def without_stored_sql(received: ReceivedEntries, home: EntryHome, listed: ListedIds | None) -> str:
+    """The joins that leave out of a received row ``d`` (the first inserts of
+    :func:`first_entries_insert_sql`, :func:`crr.replica.first_insert_sql`,
+    :func:`crr.colocated.first_insert_sql`) those whose id ``home``'s table holds a row of (an entry,
+    or a tuple's values alone) and those whose key has a rival there (:func:`without_rivals_sql`).
+    ``listed``: the batch's few ids and key hashes, which then filter both scans of the table."""
+    ids = home.table if listed is None else listed.stored_sql(home.table)
+    rivals = without_rivals_sql(received, home, None if listed is None else listed.key_hashes)
+    return f"ANTI JOIN {ids} c ON c.id = d.id {rivals}"
 
 
 def without_rivals_sql(received: ReceivedEntries, home: EntryHome, key_hashes: Sequence[int] | None = None) -> str:

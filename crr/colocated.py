@@ -53,7 +53,7 @@ from crr.batch_rows import Rows, app_cols_sql, app_match, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Catalog, Relation, monomials_ddl
 from crr.cte import CteWrite
 from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ListedIds, ReceivedEntries, empty_entries_sql,
-                        entry_delta_sql, later_entries_update_sql, without_rivals_sql)
+                        entry_delta_sql, later_entries_update_sql, without_stored_sql)
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.types import quote_str, tuple_id_sql
@@ -218,13 +218,11 @@ def first_insert_sql(view: Relation, batch: ColocatedBatch, derivations: str | N
     ``listed``: the batch's few ids and key hashes as constants (:class:`crr.causal.ListedIds`): the scans of
     ``$w`` for stored rows and for rivals keep only theirs, where each join hashed the whole table
     (a 1-row merge into a view of a 1M-row source: two hash joins of 6.8 and 5.8 ms)."""
-    w = view.aug("w")
-    stored = w if listed is None else listed.stored_sql(w)
-    rivals = without_rivals_sql(batch.entries, home(view, batch.source), None if listed is None else listed.key_hashes)
-    return f"""INSERT INTO {w} ({_row_columns(view)})
+    assert batch.entries is not None
+    return f"""INSERT INTO {view.aug('w')} ({_row_columns(view)})
         SELECT {_new_row_sql(view, seq)}
-        FROM {_received_rows_sql(view, batch, derivations, True)} d ANTI JOIN {stored} c ON c.id = d.id
-            {rivals}
+        FROM {_received_rows_sql(view, batch, derivations, True)} d
+            {without_stored_sql(batch.entries, home(view, batch.source), listed)}
         {_returned_sql(view)}"""
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from crr.batch_rows import Rows, cols_sql, rows_sql
 from crr.catalog import SCHEMA, Relation, monomials_ddl
 from crr.causal import (FORGED_ENTRIES, FORGED_IN_HOME, EntryHome, ListedIds, ReceivedEntries, entry_delta_sql,
-                        empty_entries_sql, later_entries_update_sql, without_rivals_sql)
+                        empty_entries_sql, later_entries_update_sql, without_stored_sql)
 from crr.types import quote_str
 
 
@@ -148,13 +148,11 @@ def first_insert_sql(rel: Relation, batch: ReplicaBatch, seq: int, values: bool 
     ``$e`` for stored rows and rivals, where each join hashed the whole table (a 1-row merge into the
     paper's join view site holding 1M rows of R1: two hash joins of 6.4 and 6.3 ms)."""
     returned = _returned_sql(rel) + ("".join(f", {c.name}" for c in rel.aug_columns) if values else "")
-    e = rel.aug("e")
-    stored = e if listed is None else listed.stored_sql(e)
-    rivals = without_rivals_sql(batch.entries, home(rel), None if listed is None else listed.key_hashes)
-    return f"""INSERT INTO {e} ({_row_columns(rel)})
+    assert batch.entries is not None
+    return f"""INSERT INTO {rel.aug('e')} ({_row_columns(rel)})
         SELECT {_new_row_sql(rel, seq)}
-        FROM {_received_rows_sql(rel, batch, True)} d ANTI JOIN {stored} c ON c.id = d.id
-            {rivals}
+        FROM {_received_rows_sql(rel, batch, True)} d
+            {without_stored_sql(batch.entries, home(rel), listed)}
         {returned}"""
 
 
