@@ -173,7 +173,7 @@ def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
 
 
 def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: int,
-                        listed: Sequence[int] | None = None) -> str:
+                        listed: Sequence[int] | None = None, listed_sql: str | None = None) -> str:
     """SELECT text of ``columns`` of ``rel``'s monomials that hold an id ``flips`` (FROM text with an
     ``id`` column) lists, maybe repeated. ``longest``: the longest monomial ``rel`` can hold, 0 when
     unknown. One id per monomial: ``mid`` is that id. Up to :data:`MAX_POSITION_PROBES` ids: one
@@ -185,10 +185,12 @@ def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: 
     :data:`crr.id_sets.MAX_LISTED_IDS`); then ``$m`` is scanned once, its ids compared with them as constants
     (``IN`` lists), which saves DuckDB a hash join per position: a small merge's membership MERGE
     on the convergence tests' join views took 6.1-6.9 ms instead of 8.2-9.7 (``flips`` is not read).
+    ``listed_sql``: the same as SQL (a comma-separated list of ids, or of parameters), in place of
+    ``listed``.
     """
     m = rel.aug("m")
-    if listed is not None:
-        values = ids_sql(listed)
+    if listed is not None or listed_sql is not None:
+        values = ids_sql(listed) if listed is not None else listed_sql
         select = f"SELECT {', '.join(f'm.{c}' for c in columns)} FROM {m} m WHERE "
         if longest == 1:
             return f"{select}m.mid IN ({values})"
@@ -204,14 +206,21 @@ def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: 
             f"FROM {m}) u SEMI JOIN {flips} f ON f.id = u.id")
 
 
-def lost_derivations_sql(view: Relation, flips: str, width: int, listed: Sequence[int] | None = None) -> str:
+def listed_probes(longest: int) -> int:
+    """How many times :func:`holding_flipped_sql` compares ``ids`` with its listed ids (its
+    parameters, when they are given as ``listed_sql`` of ``?``s, are the ids that many times)."""
+    return longest if 0 < longest <= MAX_POSITION_PROBES else 1
+
+
+def lost_derivations_sql(view: Relation, flips: str, width: int, listed: Sequence[int] | None = None,
+                         listed_sql: str | None = None) -> str:
     """SELECT text of the values ``(c0, c1, ...)`` of the view's monomials that hold an id ``flips``
     lists (:func:`holding_flipped_sql`; ``width``: the plan's number of occurrences): the tuples a
     batch removes from a view whose tuples have one derivation each (see
     :meth:`Maintainer._only_derivations_lost`). Read by the APP table's DELETE
     (:func:`apply_app_changes`); on the paper's join view (100k rows, 1000 deletes) 5.5-6.2 ms, where
     the MERGE re-evaluating membership took 10.9-11.2 ms."""
-    return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width, listed)
+    return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width, listed, listed_sql)
 
 
 def membership_changes_sql(rel: Relation, held: str, visibility: str) -> str:
@@ -1516,7 +1525,7 @@ class Maintainer:
         return f"(SELECT id, vis FROM {others} UNION ALL {added})"
 
     def rewrites(self, rel: Relation, views: list[tuple[Relation, str]], flips: str, fresh: bool,
-                 only_new: bool) -> list[CteWrite]:
+                 only_new: bool, replaced: Sequence[int] | None = None) -> list[CteWrite]:
         """The statements that maintain the ``views`` of ``rel`` (:meth:`one_statement_views`, given
         the CTE of the rows the write added, ``id, cols...``; ``fresh``: all new to the table) after
         any point write, to run inside its one statement (:func:`crr.point.write_sql`), each ``(name,
@@ -1533,9 +1542,16 @@ class Maintainer:
           left), then the APP rows of those no longer alive deleted and those alive and missing
           inserted: what the general path's MERGE does, as two statements, since DuckDB runs a
           MERGE only as a statement of its own.
+
+        ``replaced``: the write turned these ids invisible, and visible only the rows it added, all new
+        to the table (an UPDATE's new versions, in place of the old): then per view
+        :meth:`_replace_parts`, which reads neither ``flips`` nor the other ids' visibility.
         """
         if only_new:
             return [part for n, (view, cand) in enumerate(views) for part in self._append_parts(n, rel, view, cand)]
+        if replaced is not None:
+            return [part for n, (view, cand) in enumerate(views)
+                    for part in self._replace_parts(n, rel, view, cand, replaced)]
         self._note_flips(flips, {rel.name})
         parts: list[CteWrite] = []
         for n, (view, cand) in enumerate(views):
@@ -1548,6 +1564,34 @@ class Maintainer:
             parts.append((f"_crr_gone{n}", app_remove_sql(view, f"SELECT {cols_sql(view)} FROM {changes} WHERE NOT keep"), []))
             parts.append((f"_crr_came{n}", app_append_sql(view, f"(SELECT * FROM {changes} WHERE keep)", False, frozenset()), []))
         return parts
+
+    def _replace_parts(self, n: int, rel: Relation, view: Relation, cand: str, gone: Sequence[int]) -> list[CteWrite]:
+        """:meth:`rewrites`' statements of one view (the ``n``-th, ``cand`` its candidate monomials)
+        after a write that turned the ids ``gone`` invisible (as parameters of the statements) and
+        visible only its added rows, new to the table, whose monomials are all new (``rel``'s lineage
+        is disjoint from the other inputs': :meth:`one_statement_views`). Then the view's tuples that
+        change are those of the new monomials, which can only come (:meth:`_append_parts`: the
+        monomials, then the alive ones' tuples the APP table lacks), and those of the monomials
+        holding a gone id, which can only leave: their APP rows are deleted when no monomial of the
+        tuple is alive, over ``$m`` and the entries the statements before left (the new monomials
+        among them, so a tuple that one of them derives stays). When each tuple has one derivation
+        (:meth:`_one_derivation`) that is every tuple of those monomials: their one monomial is dead,
+        and none is the tuple of a new monomial, which holds a new id. Against :meth:`rewrites`'
+        general steps this leaves out the ``in?`` of the new monomials' tuples (and, with one
+        derivation, any ``in?``) and the CTE of the flips."""
+        added, app = self._append_parts(n, rel, view, cand)
+        listed = ", ".join(["?::UHUGEINT"] * len(gone))
+        assert view.plan is not None
+        if self._one_derivation(view):
+            width = len(view.plan.branches[0].occurrences)
+            lost = lost_derivations_sql(view, "", width, listed_sql=listed)
+            return [added, (f"_crr_gone{n}", app_remove_sql(view, lost), [*gone] * listed_probes(width)), app]
+        longest = 1 if not view.wide else self.widths.get(view.name, (0, 0))[1]
+        held = f"_crr_held{n}"
+        dirty = f"({holding_flipped_sql(view, '', ['vid'], longest, listed_sql=listed)})"
+        left = f"SELECT {cols_sql(view)} FROM ({self._held_membership(view, held)}) WHERE NOT keep"
+        return [added, (held, held_sql(view, dirty), [*gone] * listed_probes(longest)),
+                (f"_crr_gone{n}", app_remove_sql(view, left), []), app]
 
     def _held_membership(self, view: Relation, held: str) -> str:
         """:func:`membership_changes_sql` of the tuples whose monomials the CTE ``held`` lists

@@ -34,7 +34,7 @@ from crr.causal import LocalEntries
 from crr.cte import CteWrite
 from crr.errors import (CatalogError, ReadOnlyRelationError, SqlError, TypeMismatchError,
                         UnsupportedSqlError)
-from crr.id_sets import ids_arrow
+from crr.id_sets import MAX_LISTED_IDS, ids_arrow
 from crr.maintain import Batch, Maintainer
 from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
                        added_values_sql, flips_values_sql, param_texts)
@@ -338,10 +338,17 @@ def _rewrites(m: Maintainer, rel: Relation, derived: list[str]) -> ThenWrites | 
 
     def then(flips: list[tuple[int, bool]], added: list[tuple[int, tuple[str | None, ...]]],
              fresh: bool) -> list[CteWrite]:
-        only_new = fresh and {id_ for id_, _ in added} == {id_ for id_, vis in flips if vis} and all(v for _, v in flips)
-        return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]),
-                (ADDED, added_values_sql(rel, len(added)), [p for id_, values in added for p in (id_, *values)]),
-                *m.rewrites(rel, views, FLIPPED, fresh, only_new)]
+        written = (ADDED, added_values_sql(rel, len(added)), [p for id_, values in added for p in (id_, *values)])
+        gone = [id_ for id_, vis in flips if not vis]
+        if fresh and {id_ for id_, _ in added} == {id_ for id_, vis in flips if vis}:
+            # only the added rows turn visible, and they are new to the table (an INSERT of rows
+            # whose ids have no visible entry, an UPDATE's new versions): the flips are not read
+            if not gone:
+                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=True)]
+            if len(gone) <= MAX_LISTED_IDS:
+                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=False, replaced=gone)]
+        return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]), written,
+                *m.rewrites(rel, views, FLIPPED, fresh, only_new=False)]
     return then
 
 

@@ -235,6 +235,29 @@ def test_updates_in_one_statement_leave_the_state_the_general_path_leaves(monkey
     assert app(fused, "p") == [(None,), ("lit",), ("many",), ("w",), ("x",)]
 
 
+def test_an_update_to_new_rows_writes_the_views_without_the_flips_or_their_membership():
+    """An UPDATE whose new rows are new to the table turns visible only them, so its one statement
+    adds their monomials and alive tuples, and deletes the tuples of the monomials holding an old
+    version that no monomial keeps alive (crr.maintain.Maintainer._replace_parts): it neither lists
+    the flips nor values the membership of the new tuples (``_crr_changes``). The projection keeps
+    a tuple another row derives, and one the new row derives again; the join's one-derivation
+    tuples leave and come by their monomials."""
+    site = _site()
+    for row in ROWS:
+        site.execute("INSERT INTO t VALUES (?, ?)", list(row))
+    for sql, params in [("UPDATE t SET v = ? WHERE k = ?", ["q", 1]),  # "x" keeps rows 2 and 5
+                        ("UPDATE t SET k = ? WHERE k = ?", [8, 4]),  # "y" derived again, by the new row
+                        ("UPDATE t SET v = ? WHERE k = ?", ["x", 9]),  # "z" loses its one derivation
+                        ("UPDATE t SET v = ? WHERE k = ?", ["r", 2])]:  # the join's (2, x, w2) leaves
+        write = [s for s in _count(site, sql, params) if not s.startswith("PREPARE ")][-1]
+        assert "_crr_flipped" not in write and "_crr_changes" not in write, sql
+        assert all(f'DELETE FROM main."{name}"' in write for name in VIEWS), sql
+    assert app(site, "p") == [(None,), ("q",), ("r",), ("warm",), ("x",), ("y",)]
+    assert app(site, "j") == [(1, "q", "w1"), (2, "r", "w2"), (3, None, "w3"), (5, "x", "w5")]
+    for name, sql in VIEWS.items():
+        assert app(site, name) == site.execute(f"SELECT DISTINCT * FROM ({sql}) ORDER BY ALL NULLS FIRST"), name
+
+
 KEYS = st.integers(min_value=0, max_value=5)
 VALUES = st.sampled_from([None, "a", "b", "c"])
 OPS = st.one_of(
