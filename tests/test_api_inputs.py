@@ -220,6 +220,22 @@ def test_a_dropped_relations_tracked_cursors_are_forgotten(site: crr.Site):
     assert peer.execute("SELECT * FROM t ORDER BY k") == [(1, "a"), (2, "b")]
 
 
+def test_a_site_merging_its_own_changes_tracks_no_cursor_for_itself(site: crr.Site):
+    """A tracked merge of a site's own changeset (handed back by a relay, or by an application that
+    merges whatever it pulls) recorded the site as a peer of itself; its own changes are no stream
+    it resumes. A peer's tracked merge still records, and the merges change nothing here."""
+    before = site.execute("SELECT * FROM t")
+    for _ in range(2):  # the first merge takes the general path, the second is a known repeat
+        site.merge(site.changes(), track=True)
+        assert site.peer_cursors() == [] and site.peer_cursor("s", "t") == 0
+    assert site.execute("SELECT * FROM t") == before
+    peer = crr.Site(site_id="peer")
+    peer.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v VARCHAR)")
+    peer.execute("INSERT INTO t VALUES (2, 'b')")
+    site.merge(peer.changes(), track=True)
+    assert [(p, r, c) for p, r, c, _ in site.peer_cursors()] == [("peer", "t", peer.cursor)]
+
+
 def test_the_cursor_counts_only_committed_changes(site: crr.Site, monkeypatch):
     """``site.cursor`` showed the sequence number a running write had taken before it committed (read
     from another thread; found by a probe): if the write then failed, that number was handed out
