@@ -1501,9 +1501,10 @@ class Maintainer:
             present = f"SELECT vid, {cols_sql(view)} FROM {added}"
         else:
             present = alive_sql(view, added, narrowed_visibility(self._visibility_beside_added(view, rel), added))
-        rows = f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
+        one = self._one_derivation(view)  # then each new monomial is a tuple of its own
+        rows = f"({present})" if one else f"(SELECT DISTINCT ON (vid) * FROM ({present}))"
         return [(added, monomials_insert_sql(view, f"({cand})", "?", lacking_only=False), [self.seq]),
-                (f"_crr_app{n}", app_append_sql(view, rows, self._one_derivation(view), frozenset()) + " RETURNING 1", [])]
+                (f"_crr_app{n}", app_append_sql(view, rows, one, frozenset()) + " RETURNING 1", [])]
 
     def _visibility_beside_added(self, view: Relation, rel: Relation) -> str:
         """FROM text of ``(id, vis)`` for ``in?`` of the monomials :meth:`_append_parts` adds to
