@@ -173,7 +173,7 @@ def members_merge_sql(rel: Relation, changes_sql: str, returning: str) -> str:
 
 
 def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: int,
-                        listed: Sequence[int] | None = None, listed_sql: str | None = None) -> str:
+                        listed: str | None = None) -> str:
     """SELECT text of ``columns`` of ``rel``'s monomials that hold an id ``flips`` (FROM text with an
     ``id`` column) lists, maybe repeated. ``longest``: the longest monomial ``rel`` can hold, 0 when
     unknown. One id per monomial: ``mid`` is that id. Up to :data:`MAX_POSITION_PROBES` ids: one
@@ -181,16 +181,14 @@ def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: 
     join with the former ``(id, vid)`` index table, whose rows were twice as many. Otherwise the ids
     are unnested.
 
-    ``listed``: the same ids as Python ints, when the caller holds them and they are few (up to
-    :data:`crr.id_sets.MAX_LISTED_IDS`); then ``$m`` is scanned once, its ids compared with them as constants
+    ``listed``: the same ids as SQL (:func:`crr.id_sets.ids_sql` of the ints, or ``?`` parameters), when
+    the caller holds them and they are few (up to :data:`crr.id_sets.MAX_LISTED_IDS`); then ``$m`` is scanned once, its ids compared with them as constants
     (``IN`` lists), which saves DuckDB a hash join per position: a small merge's membership MERGE
     on the convergence tests' join views took 6.1-6.9 ms instead of 8.2-9.7 (``flips`` is not read).
-    ``listed_sql``: the same as SQL (a comma-separated list of ids, or of parameters), in place of
-    ``listed``.
     """
     m = rel.aug("m")
-    if listed is not None or listed_sql is not None:
-        values = ids_sql(listed) if listed is not None else listed_sql
+    if listed is not None:
+        values = listed
         select = f"SELECT {', '.join(f'm.{c}' for c in columns)} FROM {m} m WHERE "
         if longest == 1:
             return f"{select}m.mid IN ({values})"
@@ -208,19 +206,18 @@ def holding_flipped_sql(rel: Relation, flips: str, columns: list[str], longest: 
 
 def listed_probes(longest: int) -> int:
     """How many times :func:`holding_flipped_sql` compares ``ids`` with its listed ids (its
-    parameters, when they are given as ``listed_sql`` of ``?``s, are the ids that many times)."""
+    parameters, when ``listed`` is ``?``s, are the ids that many times)."""
     return longest if 0 < longest <= MAX_POSITION_PROBES else 1
 
 
-def lost_derivations_sql(view: Relation, flips: str, width: int, listed: Sequence[int] | None = None,
-                         listed_sql: str | None = None) -> str:
+def lost_derivations_sql(view: Relation, flips: str, width: int, listed: str | None = None) -> str:
     """SELECT text of the values ``(c0, c1, ...)`` of the view's monomials that hold an id ``flips``
     lists (:func:`holding_flipped_sql`; ``width``: the plan's number of occurrences): the tuples a
     batch removes from a view whose tuples have one derivation each (see
     :meth:`Maintainer._only_derivations_lost`). Read by the APP table's DELETE
     (:func:`apply_app_changes`); on the paper's join view (100k rows, 1000 deletes) 5.5-6.2 ms, where
     the MERGE re-evaluating membership took 10.9-11.2 ms."""
-    return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width, listed, listed_sql)
+    return holding_flipped_sql(view, flips, [c.name for c in view.aug_columns], width, listed)
 
 
 def membership_changes_sql(rel: Relation, held: str, visibility: str) -> str:
@@ -1225,7 +1222,7 @@ class Maintainer:
             return
         if not revalued and self._only_derivations_lost(rel):
             sql = lost_derivations_sql(rel, self.flips, len(rel.plan.branches[0].occurrences),  # type: ignore[union-attr]
-                                       self.flip_ids)
+                                       self._flip_ids_sql())
             self.counts(rel.name).deleted += apply_app_changes(self.con, rel, sql, AppPatch.DELETE)[1]
             return
         changes = membership_changes_sql(rel, dirty_monomials(rel, f"({' UNION ALL '.join(dirty)})"), self._visibility(rel))
@@ -1299,8 +1296,15 @@ class Maintainer:
         :func:`holding_flipped_sql`): the longest monomial is 1 while ``rel`` is not wide, else the
         longest length the site knows it holds (:attr:`widths`, an upper bound that every added
         monomial widens), unknown for a relation that keeps nothing."""
-        longest = 1 if not rel.wide else self.widths.get(rel.name, (0, 0))[1] if rel.stored else 0
-        return holding_flipped_sql(rel, self.flips, ["vid"], longest, self.flip_ids)
+        return holding_flipped_sql(rel, self.flips, ["vid"], self._longest(rel), self._flip_ids_sql())
+
+    def _longest(self, rel: Relation) -> int:
+        """The longest monomial ``rel`` can hold (see :meth:`_holding_flipped`), 0 when unknown."""
+        return 1 if not rel.wide else self.widths.get(rel.name, (0, 0))[1] if rel.stored else 0
+
+    def _flip_ids_sql(self) -> str | None:
+        """The listed flipped ids (:attr:`flip_ids`) as SQL constants, None when not listed."""
+        return None if self.flip_ids is None else ids_sql(self.flip_ids)
 
     def _only_new_monomials_change(self, view: Relation) -> bool:
         """Whether this batch can only add tuples to ``view``, and only tuples of its new monomials.
@@ -1585,11 +1589,11 @@ class Maintainer:
         assert view.plan is not None
         if self._one_derivation(view):
             width = len(view.plan.branches[0].occurrences)
-            lost = lost_derivations_sql(view, "", width, listed_sql=listed)
+            lost = lost_derivations_sql(view, "", width, listed)
             return [added, (f"_crr_gone{n}", app_remove_sql(view, lost), [*gone] * listed_probes(width)), app]
-        longest = 1 if not view.wide else self.widths.get(view.name, (0, 0))[1]
+        longest = self._longest(view)
         held = f"_crr_held{n}"
-        dirty = f"({holding_flipped_sql(view, '', ['vid'], longest, listed_sql=listed)})"
+        dirty = f"({holding_flipped_sql(view, '', ['vid'], longest, listed)})"
         left = f"SELECT {cols_sql(view)} FROM ({self._held_membership(view, held)}) WHERE NOT keep"
         return [added, (held, held_sql(view, dirty), [*gone] * listed_probes(longest)),
                 (f"_crr_gone{n}", app_remove_sql(view, left), []), app]
