@@ -870,13 +870,15 @@ class Maintainer:
     def _received_ids(self, rows: Rows) -> list[int] | None:
         """The ids of a merge's received tuples (an Arrow slot's) as ints when they are few
         (:func:`crr.id_sets.listed_ids`); None otherwise, or when they are not in a slot."""
-        if rows.kind is not RowsKind.RECEIVED:
-            return None
+        table = self._slot(rows.table) if rows.kind is RowsKind.RECEIVED else None
+        return None if table is None else listed_ids(table.column(rows.id_column))
+
+    def _slot(self, name: str) -> pa.Table | None:
+        """The Arrow table in the slot ``name``; None when ``name`` is a temp table, not a slot."""
         try:
-            table = self.slots.table(rows.table)
-        except KeyError:  # a temp table, not a slot
+            return self.slots.table(name)
+        except KeyError:
             return None
-        return listed_ids(table.column(rows.id_column))
 
     def _listed(self, entries: ReceivedEntries | None, tuples: Rows | None = None) -> ListedIds | None:
         """A batch's ids for one home (its entries' and the tuples it brings there) and its entries' key
@@ -901,9 +903,8 @@ class Maintainer:
     def _slot_column(self, slot: str, column: str, relations: frozenset[str]) -> pa.ChunkedArray | None:
         """A column of a merge's received entries (an Arrow slot's), of the rows of ``relations``; None
         when they are not in a slot."""
-        try:
-            table = self.slots.table(slot)
-        except KeyError:  # a temp table, not a slot
+        table = self._slot(slot)
+        if table is None:
             return None
         rels = pa.array(sorted(relations), pa.string())
         return table.filter(pc.is_in(table.column("rel"), value_set=rels)).column(column)
