@@ -284,12 +284,15 @@ def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: boo
 def alive_sql(view: Relation, monomials: str, visibility: str) -> str:
     """SELECT text of the tuples ``(vid, cols...)`` of the monomials ``monomials`` selects (``vid, mid,
     ids, cols...``) that are alive: every id visible in ``visibility`` (``id, vis``); a tuple appears
-    once per alive monomial."""
-    values = ", ".join(f"any_value(n.{c.name}) AS {c.name}" for c in view.aug_columns)
-    return f"""SELECT n.vid, {values} FROM (SELECT vid, mid, {cols_sql(view)}, unnest(ids) AS id
-                                            FROM {monomials}) n
-               LEFT JOIN {visibility} c ON c.id = n.id
-               GROUP BY n.vid, n.mid HAVING bool_and(coalesce(c.vis, false))"""
+    once per alive monomial. A monomial is dead when one of its ids has an invisible row there or
+    none: those ids' monomials are anti-joined away, so only ``(vid, mid, id)`` goes through the
+    join with the visibility and no aggregate carries the values (a GROUP BY of the monomials
+    with ``bool_and`` of their ids' visibility took 2.6 of the 9 ms of operators of a paper
+    join-insert batch)."""
+    return f"""SELECT n.vid, {cols_sql(view, 'n')} FROM {monomials} n
+               ANTI JOIN (SELECT u.vid, u.mid FROM (SELECT vid, mid, unnest(ids) AS id FROM {monomials}) u
+                          LEFT JOIN {visibility} c ON c.id = u.id
+                          WHERE NOT coalesce(c.vis, false)) d ON d.vid = n.vid AND d.mid = n.mid"""
 
 
 def app_append_sql(view: Relation, rows: str, one_derivation: bool, non_null: frozenset[str]) -> str:
