@@ -16,6 +16,17 @@ import hashlib
 import time
 
 
+def seq_floor() -> int:
+    """The smallest sequence number a site opened now gives its first transaction: the wall clock in
+    microseconds since 1970. A site's sequence numbers go up by one a transaction and jump to this
+    floor at the first one after it opens, so a site restored from an older copy of its file (or a
+    copy of a file written on elsewhere) never hands out again a number it handed out before: its
+    earlier life's numbers stayed below its last opening's floor plus one a transaction, far below
+    the floor of any later opening while the wall clock does not run backwards. A peer's stored
+    cursor is therefore a number the site will never reuse for other rows."""
+    return time.time_ns() // 1000
+
+
 def site_hash(site_id: str) -> int:
     """64-bit hash of a site id, the low half of every stamp the site issues."""
     return int.from_bytes(hashlib.md5(site_id.encode()).digest()[:8], "big")

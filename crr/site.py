@@ -20,7 +20,7 @@ from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INS
                          STORAGE_VERSION, Catalog, Relation, SiteFlag, relation_from_row)
 from crr.changeset import Changeset, changes_request, check_since_reached
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
-from crr.clock import HybridClock
+from crr.clock import HybridClock, seq_floor
 from crr.counters import largest_seq_sql, largest_stamp_sql
 from crr.errors import CatalogError, CrrError, SiteError, SqlError, first_line
 from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult, check_peer_cursor_args
@@ -210,6 +210,7 @@ class Site:
                 rel = dataclasses.replace(rel, plan=plan, aggregate=spec)
             state.catalog = state.catalog.with_(rel)
         state.seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
+        state.seq_floor = seq_floor()
         state.clock = HybridClock(self.site_id, last)
 
     def _recover_counters(self, seq: int, hlc: int) -> tuple[int, int]:
@@ -263,7 +264,11 @@ class Site:
     @property
     def cursor(self) -> int:
         """The sequence number of the site's last committed change: ``changes(since=site.cursor)`` is
-        empty. Read without waiting for a write another thread runs (which it does not count yet)."""
+        empty. Read without waiting for a write another thread runs (which it does not count yet).
+
+        Numbers grow by one a change, but the first change after the site opens takes at least the
+        wall clock in microseconds (:func:`crr.clock.seq_floor`), so a site restored from an older
+        copy of its file never numbers new rows with a cursor a peer already holds."""
         return self._state.committed_seq
 
     def relations(self) -> dict[str, str]:

@@ -126,6 +126,7 @@ class SiteState:
         self.staged: Catalog | None = None  # the snapshot the open transaction will commit, if it changes it
         self.site_id = ""
         self.seq = 0  # the sequence number of the last transaction that changed replicated state
+        self.seq_floor = 0  # the least number the next one takes (crr.clock.seq_floor, set at open)
         self._seq_before: int | None = None  # while a transaction runs: ``seq`` when it began
         self.clock = HybridClock("", 0)
         self.closed = False
@@ -230,9 +231,16 @@ class SiteState:
         self.prepared.forget(self.con)
 
     # -- counters --------------------------------------------------------------------------------
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the running transaction stamps its AUG rows with: one more than the
+        last, or the floor set when the site opened if that is larger (:func:`crr.clock.seq_floor`:
+        numbers handed out before a restore are never handed out again)."""
+        return max(self.seq + 1, self.seq_floor)
+
     def bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
-        self.seq += 1
+        self.seq = self.next_seq
 
     def save_counters(self) -> None:
         """Store the sequence number and clock in ``_crr.meta`` (see :mod:`crr.counters`)."""
@@ -242,7 +250,7 @@ class SiteState:
     def maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
         rels = self.rels
-        m = Maintainer(self.con, self.slots, rels, self.seq + 1, self.widths)
+        m = Maintainer(self.con, self.slots, rels, self.next_seq, self.widths)
         m.lineage = {name: set(lin) for name in rels if (lin := rels.lineage(name))}
         m.sql_cache = self.delta_sql
         return m

@@ -49,7 +49,8 @@ _FAKE_NOW = [1_700_000_000.0]
 
 def freeze_clock() -> None:
     """Make stamps deterministic (child processes only: it would change other tests' clocks)."""
-    crr.clock.time = types.SimpleNamespace(time=lambda: _FAKE_NOW[0])  # type: ignore[attr-defined]
+    crr.clock.time = types.SimpleNamespace(time=lambda: _FAKE_NOW[0],  # type: ignore[attr-defined]
+                                           time_ns=lambda: int(_FAKE_NOW[0] * 1e9))
 
 HEADER = 5 + 1 + 16
 TARGET_DDL = [

@@ -44,6 +44,7 @@ def test_a_file_is_one_open_sites_at_a_time(tmp_path):
     first = crr.Site(path, site_id="one")
     first.execute("CREATE REPLICATED TABLE r (a INT PRIMARY KEY)")
     first.execute("INSERT INTO r VALUES (1)")
+    one = first.cursor
     with pytest.raises(crr.SiteError, match="already open in this process"):
         crr.Site(path)
     with pytest.raises(crr.SiteError, match="already open in this process"):
@@ -53,7 +54,8 @@ def test_a_file_is_one_open_sites_at_a_time(tmp_path):
         crr.Site(tmp_path / "hard.duckdb")   # (a second DuckDB instance: one Site's writes were lost)
     os.unlink(tmp_path / "hard.duckdb")
     first.execute("INSERT INTO r VALUES (2)")
-    assert first.cursor == 2
+    two = first.cursor
+    assert two == one + 1
     crr.Site(tmp_path / "other.duckdb").close()    # other files and in-memory sites are not held
     crr.Site(), crr.Site(), crr.Site(":memory:"), crr.Site(":memory:")
     named = crr.Site(":memory:shared")   # DuckDB shares a named in-memory database within the process
@@ -63,10 +65,10 @@ def test_a_file_is_one_open_sites_at_a_time(tmp_path):
     first.close()
     with crr.Site(path) as again:
         again.execute("INSERT INTO r VALUES (3)")
-        assert again.cursor == 3
+        assert again.cursor > two
         peer = crr.Site(site_id="peer")
         peer.execute("CREATE REPLICATED TABLE r (a INT PRIMARY KEY)")
-        peer.merge(again.changes(since=2))
+        peer.merge(again.changes(since=two))
         assert peer.execute("SELECT a FROM r") == [(3,)]
     dropped = crr.Site(path)
     dropped.execute("INSERT INTO r VALUES (4)")

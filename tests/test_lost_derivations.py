@@ -83,7 +83,7 @@ def test_a_view_whose_tuples_have_several_derivations_keeps_a_tuple_another_deri
     assert app(site, "j") == [(1, 7), (2, 7)]
     other = _site(keyed=False, view="SELECT r1.a, r2.k FROM r1 JOIN r2 ON r1.c = r2.c")
     sync(site, other)
-    cursor = other.cursor
+    cursor = site.cursor  # where site's changes to other resume
     assert _app_statements(site, lambda: site.execute("DELETE FROM r1 WHERE b = 1")) == ["DELETE FROM"]
     assert app(site, "j") == [(1, 7)]
     assert _app_statements(other, lambda: sync(site, other, since=cursor)) == ["MERGE INTO"]
@@ -101,7 +101,7 @@ def test_a_literal_of_another_kind_does_not_fix_a_column() -> None:
     other = _site(keyed=False, view="SELECT a, b, c, d FROM r1 WHERE e = 5")
     other.execute("CREATE MATERIALIZED VIEW k AS SELECT a, b, d, e FROM r1 WHERE c = 7")
     sync(site, other)
-    cursor = other.cursor
+    cursor = site.cursor  # where site's changes to other resume
     site.execute("DELETE FROM r1 WHERE e = '05'")
     assert app(site, "j") == [(1, 1, 7, 1)] and app(site, "k") == [(1, 1, 1, "5")]
     ran = [" ".join(s.split()[:3]) for s in _statements(other, lambda: sync(site, other, since=cursor))]

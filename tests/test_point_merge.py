@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import crr
+import crr.clock
+import crr.site
 from crr import point_merge
 from crr import site_merge
 from crr.changeset import Changeset
@@ -23,6 +25,16 @@ from tests.conftest import app, general_merges
 from tests.test_crafted import edit
 from tests.test_point import _expanded, _statements
 from tests.test_point_views import OPS, PROPERTY_VIEWS, VIEWS, _state
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_seq_floor() -> Iterator[None]:
+    """The sites compared here number their changes alike only if they opened with one floor (a
+    site's first change after it opens takes the wall clock's number, crr.clock.seq_floor)."""
+    floor = crr.clock.seq_floor()
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(crr.site, "seq_floor", lambda: floor)
+        yield
+
 
 TABLES = ["CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)",
           "CREATE REPLICATED TABLE d (k INTEGER PRIMARY KEY, w VARCHAR NOT NULL)",

@@ -73,10 +73,21 @@ def test_two_sites_converge_and_views_follow(tmp_path):
         _shutdown(services, (a, b, v))
 
 
+def _restore(tmp_path, copy: str) -> tuple[crr.Site, crr.Site]:
+    """Site a's file replaced by an older copy of it (kept), and both sites opened again."""
+    shutil.copy(tmp_path / copy, tmp_path / "a.duckdb")
+    return crr.Site(str(tmp_path / "a.duckdb")), crr.Site(str(tmp_path / "b.duckdb"))
+
+
 def test_a_site_restored_from_an_older_copy_of_its_file_still_sends_its_new_rows(tmp_path):
-    """A peer resumes from the cursor it last merged; a site restored from an older copy of its file
-    numbers its new rows again from below that cursor. Those rows were never sent (the peer asked for
-    changes past them, and got none): now the site sends the full state to a cursor past its last change."""
+    """A peer resumes from the cursor it last merged, past the numbers of the rows a restored site lost
+    with its file. The restored site numbered its new rows again from the copy's last number, so a
+    peer skipped the ones numbered up to its cursor: all of them while the site's numbers stayed below
+    it (it then asked for changes past the site's last one and got none), the first ones when the site
+    had written more often than that before the two met. A site's first transaction after it opens
+    now takes a number from the wall clock (crr.clock.seq_floor), above every number its earlier life
+    handed out; and a cursor past a site's last change (restored, and nothing written since) gets the
+    full state."""
     a = _site(tmp_path, "a")
     a.execute("INSERT INTO r VALUES (1, 'kept')")
     a.close()
@@ -90,23 +101,27 @@ def test_a_site_restored_from_an_older_copy_of_its_file_still_sends_its_new_rows
         assert wait_for(lambda: rows(services[1], "SELECT count(*) FROM r") == [(4,)])
     finally:
         _shutdown(services, (a, b))
-    os.replace(tmp_path / "a.old", tmp_path / "a.duckdb")
-    a, b = crr.Site(str(tmp_path / "a.duckdb")), crr.Site(str(tmp_path / "b.duckdb"))
-    a.execute("INSERT INTO r VALUES (5, 'after the restore')")
+    a, b = _restore(tmp_path, "a.old")
     recorded = b.peer_cursor("a", "r")
-    assert a.cursor < recorded  # the new row's number is one b has merged past
+    assert a.cursor < recorded
+    for i in range(5, 9):  # more transactions than b's cursor is ahead of the copy's last number
+        a.execute(f"INSERT INTO r VALUES ({i}, 'written before the two meet')")
     services = _chain(a, b)
+    expected = [(k,) for k in range(1, 9)]
     try:
-        expected = [(k,) for k in range(1, 6)]
         assert wait_for(lambda: rows(services[1], "SELECT a FROM r ORDER BY a") == expected)
         assert wait_for(lambda: rows(services[0], "SELECT a FROM r ORDER BY a") == expected)
-        # b resumes from the full state's cursor, and gets each row written under the numbers it had
-        # merged past, the one numbered with its old cursor too (b kept asking from that cursor)
-        while services[0].call(lambda: a.cursor) <= recorded:
-            k = len(expected) + 1
-            services[0].execute(f"INSERT INTO r VALUES ({k}, 'numbered again')")
-            expected.append((k,))
-            assert wait_for(lambda: rows(services[1], "SELECT a FROM r ORDER BY a") == expected), k
+    finally:
+        _shutdown(services, (a, b))
+    a, b = _restore(tmp_path, "a.old")  # restored again, and nothing written before the two meet
+    assert a.cursor < b.peer_cursor("a", "r")
+    services = _chain(a, b)
+    try:
+        assert wait_for(lambda: rows(services[0], "SELECT a FROM r ORDER BY a") == expected)
+        services[0].execute("INSERT INTO r VALUES (9, 'after the restore')")
+        expected.append((9,))
+        assert wait_for(lambda: rows(services[1], "SELECT a FROM r ORDER BY a") == expected)
+        assert not services[1].status()["failing"]  # b asked past a's last change, and got the full state
     finally:
         _shutdown(services, (a, b))
 

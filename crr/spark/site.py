@@ -34,7 +34,7 @@ from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, rela
                          source_read_error, tables_read)
 from crr.arrow_result import arrow_rows
 from crr.changeset import Changeset, changes_request, check_since_reached, received
-from crr.clock import HybridClock
+from crr.clock import HybridClock, seq_floor
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
 from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
@@ -148,6 +148,7 @@ class SparkSite:
                             "open it without site_id or with its own id")
         self.site_id: str = meta["site_id"]
         self._seq: int = int(meta["seq"])
+        self._seq_floor = seq_floor()  # the least number the next change takes (see _next_seq)
         self._clock = HybridClock(self.site_id, int(meta["hlc"]))
         self._typer = duckdb.connect()  # types DDL, view queries and inserted rows; holds no data
         self._typer.execute("SET TimeZone = 'UTC'")
@@ -225,6 +226,12 @@ class SparkSite:
         txn.commit()
         self._catalog, self._seq = catalog, seq
 
+    def _next_seq(self) -> int:
+        """The sequence number of the change a transaction makes: one more than the last, or the floor
+        read when the site opened if that is larger, as at a DuckDB site (:func:`crr.clock.seq_floor`:
+        a folder restored from an older copy never hands out again a number it handed out before)."""
+        return max(self._seq + 1, self._seq_floor)
+
     def _run(self, work, catalog: Catalog | None = None) -> Any:
         """Run ``work(txn, catalog)`` in one transaction; it returns (result, catalog, changed).
 
@@ -234,7 +241,7 @@ class SparkSite:
         try:
             with self._in_utc():
                 result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
-            self._commit(txn, new_catalog, self._seq + 1 if changed else self._seq)
+            self._commit(txn, new_catalog, self._next_seq() if changed else self._seq)
             return result
         except BaseException:
             txn.abort()
@@ -256,7 +263,7 @@ class SparkSite:
             self.spark.conf.set(key, before)
 
     def _maintain(self, txn: Transaction, catalog: Catalog, batch: SparkBatch) -> SparkResult:
-        m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
+        m = SparkMaintainer(self.spark, txn, catalog, self._next_seq())
         try:
             return m.apply(batch, catalog.views())
         finally:
@@ -415,7 +422,7 @@ class SparkSite:
                 txn.create(key, schema)
             _forget_cursors(txn, rel.name)
             catalog = catalog.with_(*to_store, rel)
-            m = SparkMaintainer(self.spark, txn, catalog, self._seq + 1)
+            m = SparkMaintainer(self.spark, txn, catalog, self._next_seq())
             try:
                 result = m.populate(rel)
             finally:
