@@ -866,6 +866,29 @@ def test_a_spark_site_stores_a_zero_as_positive(spark, tmp_path):
     assert math.isnan(next(r["x"] for r in rows if r["k"] == 3))
 
 
+def test_a_spark_site_restored_from_an_older_copy_never_numbers_a_change_again(spark, tmp_path):
+    """A folder restored from an older copy numbered its next change from the copy's last number, one
+    a peer may have merged past (its rows then never reached that peer); its first change after it
+    opens now takes at least the wall clock's number (crr.clock.seq_floor), as at a DuckDB site."""
+    path, old = tmp_path / "s", tmp_path / "s.old"
+    site = SparkSite(spark, str(path), site_id="s")
+    site.execute("CREATE REPLICATED TABLE g (k INTEGER)")
+    site.close()
+    shutil.copytree(path, old)
+    site = SparkSite(spark, str(path))
+    site.insert_many("g", [(1,)])
+    handed_out = site.cursor
+    site.close()
+    shutil.rmtree(path)
+    shutil.copytree(old, path)
+    site = SparkSite(spark, str(path))
+    assert site.cursor < handed_out
+    site.insert_many("g", [(5,)])
+    assert site.cursor > handed_out
+    assert [r["k"] for r in site.table("g").collect()] == [5]
+    site.close()
+
+
 def test_spark_changes_checks_its_arguments_and_a_gap_keeps_the_cursor(spark, tmp_path):
     """SparkSite.changes refuses what is no cursor or no list of names, as Site.changes does; a tracked
     changeset starting past the recorded cursor leaves it where it is (its gap would be skipped)."""
