@@ -460,6 +460,10 @@ CATALOG_DDL = [
         peer VARCHAR, relation VARCHAR, cursor BIGINT, updated TIMESTAMP, PRIMARY KEY (peer, relation))""",
     f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.cl (
         id UHUGEINT, rel VARCHAR, cl INTEGER, kh UHUGEINT, stamp UHUGEINT, vis BOOLEAN, seq BIGINT)""",
+    # the openings of the site that changed something, each by its first sequence number and the last
+    # one before it (crr.counters; a file without rows predates them, and every cursor up to its last
+    # change is its own)
+    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.openings (floor BIGINT PRIMARY KEY, previous BIGINT)",
 ]
 
 

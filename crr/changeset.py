@@ -59,6 +59,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from enum import Enum
+from collections.abc import Sequence
 from typing import Any
 
 import msgpack
@@ -285,14 +286,40 @@ def changes_request(since: object, relations: object) -> tuple[int, list[str] | 
     return int(since), given
 
 
-def check_since_reached(since: int, cursor: int) -> None:
-    """Refuse ``changes(since)`` past the site's last change ``cursor`` (both backends): the rows a
-    site writes after that cursor's number was handed out elsewhere would be skipped for good."""
+def cursor_in_history(since: int, cursor: int, openings: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``since`` is a cursor this copy of a site handed out: 0, or a number one of its openings
+    gave a change, up to its last change ``cursor`` (both backends).
+
+    A site's first change after it opens jumps to the wall clock (:func:`crr.clock.seq_floor`) and
+    records the opening as ``(floor, previous)``, its first number and the last number before it
+    (sorted by ``floor``). So this copy handed out the numbers up to the first opening's
+    ``previous``, and from each opening's ``floor`` up to the next one's ``previous`` (the last one's
+    up to ``cursor``). A number between those ranges is another copy's: a copy of the file restored
+    (or restored again) after the opening that handed it out, whose rows up to that number a peer
+    holding it may lack, so it gets the full state."""
+    if since == 0:
+        return True
+    if since > cursor:
+        return False
+    bounds = [previous for _, previous in openings[1:]] + [cursor]
+    ranges = [(1, openings[0][1] if openings else cursor)] + [(floor, last) for (floor, _), last in zip(openings, bounds)]
+    return any(lo <= since <= hi for lo, hi in ranges)
+
+
+def check_since_known(since: int, cursor: int, openings: Sequence[tuple[int, int]]) -> None:
+    """Refuse ``changes(since)`` for a cursor this copy of the site did not hand out (both backends;
+    :func:`cursor_in_history`): past its last change ``cursor``, or one another copy of its file handed
+    out after this one was copied. The rows a peer holding it lacks would be skipped for good."""
     if since > cursor:
         raise ChangesetError(f"changes(since={since}): this site's last change is {cursor}, so that cursor is another "
                              "site's, or this site's from before its file was restored from an older copy (the rows "
                              "written since then would be skipped); ask for changes(since=None), the full state, "
                              "which merges as safely")
+    if not cursor_in_history(since, cursor, openings):
+        raise ChangesetError(f"changes(since={since}): this copy of the site never handed out that cursor, so it is "
+                             "another site's, or comes from another copy of this site's file (one restored from a "
+                             "backup since: the rows written after the copy was taken would be skipped); ask for "
+                             "changes(since=None), the full state, which merges as safely")
 
 
 def received(changeset: "Changeset | bytes") -> Changeset:

@@ -34,6 +34,14 @@ def largest_stamp_sql(catalog: Catalog) -> str:
     return f"SELECT max(s) FROM ({' UNION ALL '.join(parts)})"
 
 
+OPENING_INSERT_SQL = f"INSERT INTO {SCHEMA}.openings VALUES (?, ?) ON CONFLICT DO NOTHING"
+"""Record an opening of the site, before its first change: parameters (its first sequence number, the
+site's last one before it). See :func:`crr.changeset.cursor_in_history`."""
+
+OPENINGS_SQL = f"SELECT floor, previous FROM {SCHEMA}.openings ORDER BY floor"
+"""Every recorded opening ``(floor, previous)``, in the order of their numbers."""
+
+
 def counters_update_sql() -> str:
     """Store both counters in ``_crr.meta`` (parameters: the sequence number and the clock, as text)."""
     return f"UPDATE {SCHEMA}.meta SET v = CASE k WHEN 'seq' THEN ? ELSE ? END WHERE k IN ('seq', 'hlc')"

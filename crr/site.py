@@ -18,7 +18,7 @@ import duckdb
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, META_TABLE_EXISTS_SQL,
                          STORAGE_VERSION, Catalog, Relation, SiteFlag, relation_from_row)
-from crr.changeset import Changeset, changes_request, check_since_reached
+from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock, seq_floor
 from crr.counters import largest_seq_sql, largest_stamp_sql
@@ -365,9 +365,20 @@ class Site:
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq
-            check_since_reached(since, cursor)
+            check_since_known(since, cursor, self._state.openings() if 0 < since <= cursor else ())
             out, cl = collect_changes(self._state.con, self._state.rels, names, since)
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
+
+    @_one_thread_at_a_time
+    def knows_cursor(self, since: int) -> bool:
+        """Whether ``changes(since=since)`` resumes a stream from this copy of the site: ``since`` is 0
+        or a cursor it handed out (:func:`crr.changeset.cursor_in_history`). A cursor past its last
+        change, or one another copy of its file handed out (the file was restored from a backup
+        since), is not: ask for the full state instead, which merges as safely."""
+        self._state.check_open()
+        since, _ = changes_request(since, None)
+        cursor = self._state.seq
+        return cursor_in_history(since, cursor, self._state.openings() if 0 < since <= cursor else ())
 
     @_one_thread_at_a_time
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> MergeResult:

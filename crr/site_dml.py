@@ -204,7 +204,7 @@ def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, pa
         with translated_errors(rewritten=True), views_inside(then is not None):
             return point_write.write(rel, source, old=stmt.kind is not DmlKind.INSERT,
                                      new=stmt.kind is not DmlKind.DELETE, params=params, clock=state.clock,
-                                     seq=state.next_seq, given=given,
+                                     seq=state.next_seq(), given=given,
                                      unchecked_entries=state.rels.unchecked_entries, new_tried=new_tried,
                                      then=then)
 
@@ -220,7 +220,7 @@ def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, pa
         new_tried = True
         try:
             with translated_errors(rewritten=True), views_inside(bool(appends)):
-                point = point_write.insert_new(rel, given, state.clock, state.next_seq,
+                point = point_write.insert_new(rel, given, state.clock, state.next_seq(),
                                                unchecked_entries=state.rels.unchecked_entries, then=appends or ())
         except ViewFailed:
             point, general = None, True  # nothing written
@@ -235,7 +235,7 @@ def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, pa
             # statement, any number of rows, its own transaction
             state.check_open()
             with translated_errors(rewritten=True):
-                count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, state.next_seq,
+                count = point_write.delete(rel, rq.delete, rq.qualifier or rel.name, params, state.next_seq(),
                                            then=removals)
             if count:
                 state.bump()

@@ -152,7 +152,7 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
         with changeset_errors(), views_inside(bool(appends)):
             if rows is not None:
                 counts = PointWrite(state.con, state.prepared).insert_received(
-                    rel, rows.texts, rows.ids, rows.key_hashes, rows.stamps, state.next_seq,
+                    rel, rows.texts, rows.ids, rows.key_hashes, rows.stamps, state.next_seq(),
                     unchecked_entries=state.rels.unchecked_entries, then=then)
                 tuples = len(rows.texts)
             else:
@@ -180,7 +180,7 @@ def _insert_received(state: SiteState, rel: Relation, rc: RelationChanges, cs: C
         entries = received_entries(state.rels, cl, cs.cl, frozenset({rel.name}), sources, _skew(state), ())
         assert entries is not None
         sql = received_rows_insert_sql(rel, entries, tuples, state.rels.unchecked_entries, then)
-        counts = state.con.execute(sql, [state.next_seq, state.next_seq, *cte_values(then)]).fetchall()[0]
+        counts = state.con.execute(sql, [state.next_seq(), state.next_seq(), *cte_values(then)]).fetchall()[0]
     finally:
         inputs.close(drop_tables=False)
     return counts if counts[0] else None

@@ -28,7 +28,7 @@ from crr import colocated
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql
 from crr.clock import HybridClock
-from crr.counters import counters_update_sql
+from crr.counters import OPENING_INSERT_SQL, OPENINGS_SQL, counters_update_sql
 from crr.errors import ConstraintError, CrrError, SiteError, SqlError, TypeMismatchError
 from crr.maintain import Batch, BatchResult, Maintainer, view_query_failed
 from crr.prepared import Prepared
@@ -127,6 +127,8 @@ class SiteState:
         self.site_id = ""
         self.seq = 0  # the sequence number of the last transaction that changed replicated state
         self.seq_floor = 0  # the least number the next one takes (crr.clock.seq_floor, set at open)
+        self.opening_recorded = False  # whether this opening is in _crr.openings (see next_seq)
+        self._opening_in_transaction = False  # ... recorded by the running transaction (a rollback drops it)
         self._seq_before: int | None = None  # while a transaction runs: ``seq`` when it began
         self.clock = HybridClock("", 0)
         self.closed = False
@@ -191,6 +193,8 @@ class SiteState:
             # nothing the transaction wrote is committed: its sequence number goes to the next one (a
             # cursor handed out after it would otherwise skip that one's rows once the site reopens)
             self.seq = seq
+            if self._opening_in_transaction:  # its record of the opening is gone with it
+                self.opening_recorded = self._opening_in_transaction = False
             self.slots.rolled_back()
             self.widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
             _roll_back(self.con)
@@ -198,6 +202,7 @@ class SiteState:
         finally:
             self.staged = None
             self._seq_before = None
+            self._opening_in_transaction = False
 
     @property
     def committed_seq(self) -> int:
@@ -231,16 +236,28 @@ class SiteState:
         self.prepared.forget(self.con)
 
     # -- counters --------------------------------------------------------------------------------
-    @property
     def next_seq(self) -> int:
-        """The sequence number the running transaction stamps its AUG rows with: one more than the
-        last, or the floor set when the site opened if that is larger (:func:`crr.clock.seq_floor`:
-        numbers handed out before a restore are never handed out again)."""
-        return max(self.seq + 1, self.seq_floor)
+        """The sequence number the running change stamps its AUG rows with: one more than the last, or
+        the floor set when the site opened if that is larger (:func:`crr.clock.seq_floor`: numbers
+        handed out before a restore are never handed out again). The first time it jumps to the
+        floor, the opening is recorded first (:data:`crr.counters.OPENING_INSERT_SQL`; inside the
+        running transaction, or as a statement of its own before a point write's), so ``changes``
+        can tell this copy's cursors from another copy's (:func:`crr.changeset.cursor_in_history`).
+        An opening recorded by a change that then wrote nothing hands out no number: harmless."""
+        seq = max(self.seq + 1, self.seq_floor)
+        if seq > self.seq + 1 and not self.opening_recorded:
+            self.con.execute(OPENING_INSERT_SQL, [seq, self.seq])
+            self.opening_recorded = True
+            self._opening_in_transaction = self._seq_before is not None
+        return seq
 
     def bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
-        self.seq = self.next_seq
+        self.seq = self.next_seq()
+
+    def openings(self) -> list[tuple[int, int]]:
+        """The recorded openings of this copy of the site (:data:`crr.counters.OPENINGS_SQL`)."""
+        return [(int(f), int(p)) for f, p in self.con.execute(OPENINGS_SQL).fetchall()]
 
     def save_counters(self) -> None:
         """Store the sequence number and clock in ``_crr.meta`` (see :mod:`crr.counters`)."""
@@ -250,7 +267,7 @@ class SiteState:
     def maintainer(self) -> Maintainer:
         """A maintainer for one transaction, writing with the next sequence number."""
         rels = self.rels
-        m = Maintainer(self.con, self.slots, rels, self.next_seq, self.widths)
+        m = Maintainer(self.con, self.slots, rels, self.next_seq(), self.widths)
         m.lineage = {name: set(lin) for name in rels if (lin := rels.lineage(name))}
         m.sql_cache = self.delta_sql
         return m

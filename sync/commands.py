@@ -143,7 +143,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "escaped as \\\\, \\t, \\n, \\r; the default), or as JSON Lines (one "
                         "array per row: null, numbers, strings; bytes as hex, other values as their text)")
     p.add_argument("statement", nargs="?", help="the statement (omit for a shell reading one statement per line)")
-    p = sub.add_parser("status", help="relations, views, peers, cursors and how far behind each stream is")
+    p = sub.add_parser("status", help="relations, views, peers, cursors and whether each stream is behind")
     p.add_argument("--db", required=True, help="the site's DuckDB file")
     p.add_argument("--create", action="store_true", help="create the site file if it does not exist")
     p.add_argument("--secret-file", metavar="FILE",

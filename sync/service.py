@@ -334,7 +334,7 @@ class SyncService:
         return asyncio.run_coroutine_threadsafe(self._statement(sql, params), loop).result()
 
     def status(self) -> dict:
-        """Relations, peers, cursors, how far behind each stream is, failing merges, memory and refusals.
+        """Relations, peers, cursors, whether each stream is behind, failing merges, memory and refusals.
         Answered while a statement or merge runs: it reads committed state only (Site.peer_cursors)."""
         return self.call(self._status_here, hold_site=False)
 
@@ -616,10 +616,10 @@ class SyncService:
             refused = None
             async with self._site_lock:
                 served = self._serves(rel)
-                if since > self.site.cursor:  # this site's file was restored from an older copy
-                    log.info("%s resumes %s from cursor %d, past this site's last change %d: sending the full state",
-                             link.peer, rel, since, self.site.cursor)
-                    since = 0  # which merges as safely; the rows written after the restore are in it
+                if not self.site.knows_cursor(since):  # this site's file was restored from a backup since
+                    log.info("%s resumes %s from cursor %d, which this copy of the site did not hand out (its last "
+                             "change is %d): sending the full state", link.peer, rel, since, self.site.cursor)
+                    since = 0  # which merges as safely; the rows the peer lacks are in it
                 try:
                     data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
                 except CrrError as e:  # the peer's request, not this connection, is at fault
@@ -796,7 +796,9 @@ class SyncService:
             streams = []
             for name in self._wanted_relations(link):
                 cursor = tracked.get((peer, name), 0)
-                stream = {"relation": name, "cursor": cursor, "behind": max(0, link.peer_cursor - cursor)}
+                # behind: the peer announced changes past the last one merged from it (a count of them
+                # would mislead: a site's first change after it opens jumps to the wall clock's number)
+                stream = {"relation": name, "cursor": cursor, "behind": link.peer_cursor > cursor}
                 failure = self.failures.get((peer, name))
                 if failure is not None:
                     stream["error"] = failure.error

@@ -8,10 +8,12 @@ parameters were ignored, ``Site(None)`` created a file named ``None``); found by
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any, Callable
 
 import duckdb
 import pyarrow as pa
+
 import pytest
 
 import crr
@@ -173,6 +175,39 @@ def test_a_cursor_past_the_sites_last_change_is_refused(site: crr.Site):
     with pytest.raises(crr.ChangesetError, match=rf"since={site.cursor + 1}\): this site's last change is "
                                                  rf"{site.cursor}.*restored from an older copy"):
         site.changes(since=site.cursor + 1)
+
+
+def test_changes_refuses_a_cursor_another_copy_of_the_file_handed_out(tmp_path):
+    """A cursor handed out after a copy of the file was taken, asked of the copy once it is restored
+    and has written (so its last change is past that cursor), was answered with the copy's rows
+    numbered above it: the ones the peer lacked from before were skipped. The copy knows the
+    openings it changed something in (``_crr.openings``), so it refuses a number none of them
+    handed out, and ``knows_cursor`` tells which to ask for (the sync service does)."""
+    path = tmp_path / "a.duckdb"
+    a = crr.Site(str(path), site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INT)")
+    a.execute("INSERT INTO t VALUES (1)")
+    shared = a.cursor
+    a.execute("CHECKPOINT")
+    shutil.copy(path, tmp_path / "copy")  # taken while the site is open
+    a.execute("INSERT INTO t VALUES (2)")
+    branch = a.cursor  # handed out after the copy was taken
+    a.close()
+    shutil.copy(tmp_path / "copy", path)
+    a = crr.Site(str(path))
+    assert a.knows_cursor(0) and a.knows_cursor(shared) and not a.knows_cursor(branch)
+    a.execute("INSERT INTO t VALUES (3)")
+    assert shared < branch < a.cursor and not a.knows_cursor(branch)
+    with pytest.raises(crr.ChangesetError, match=rf"since={branch}\): this copy of the site never handed out"):
+        a.changes(since=branch)
+    assert a.knows_cursor(a.cursor) and not a.knows_cursor(a.cursor - 1)  # below this opening's first: no one's
+    assert a.changes(since=shared).relation("t").tuples.column("c0").to_pylist() == [3]
+    a.close()
+    a = crr.Site(str(path))  # reopened: the openings are the file's
+    a.execute("INSERT INTO t VALUES (4)")
+    assert a.knows_cursor(shared) and not a.knows_cursor(branch)
+    assert sorted(a.changes(since=shared).relation("t").tuples.column("c0").to_pylist()) == [3, 4]
+    a.close()
 
 
 def test_a_changeset_given_as_a_cursor_is_named_not_printed(site: crr.Site):

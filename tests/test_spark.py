@@ -885,6 +885,9 @@ def test_a_spark_site_restored_from_an_older_copy_never_numbers_a_change_again(s
     assert site.cursor < handed_out
     site.insert_many("g", [(5,)])
     assert site.cursor > handed_out
+    with pytest.raises(ChangesetError, match="this copy of the site never handed out"):
+        site.changes(since=handed_out)  # the rows a peer holding it lacks would be skipped
+    assert not site.knows_cursor(handed_out) and site.knows_cursor(site.cursor) and site.knows_cursor(0)
     assert [r["k"] for r in site.table("g").collect()] == [5]
     site.close()
 

@@ -252,13 +252,14 @@ def test_a_failing_relation_does_not_stall_the_others_and_is_retried(tmp_path):
 
         assert wait_for(lambda: failing() and "NOT NULL" in failing()[0]["error"], 10)
         stream = [s for p in sb.status()["peers"] for s in p["streams"] if s["relation"] == "r"][0]
-        assert "NOT NULL" in stream["error"]
+        assert "NOT NULL" in stream["error"] and stream["behind"] is True  # a's changes of r wait
         assert any("changes of r from a not merged" in r for r in sb.refused)
         sa.execute("INSERT INTO q VALUES (8)")  # later writes of other relations keep arriving
         assert wait_for(lambda: rows(sb, "SELECT * FROM q ORDER BY x") == [(7,), (8,)], 10)
         broken.clear()  # the cause is fixed: the retry merges r, and the failure disappears from status
         assert wait_for(lambda: rows(sb, "SELECT * FROM r") == [(1, "x")], 20)
         assert wait_for(lambda: sb.status()["failing"] == [], 5)
+        assert [s["behind"] for p in sb.status()["peers"] for s in p["streams"]] == [False, False]
     finally:
         sb.stop()
         sa.stop()

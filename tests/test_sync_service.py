@@ -68,7 +68,7 @@ def test_two_sites_converge_and_views_follow(tmp_path):
         assert wait_for(lambda: rows(sv, "SELECT * FROM w ORDER BY b") == [("x",), ("z",)])
         status = sb.status()
         assert {p["site"] for p in status["peers"]} == {"a", "v"}
-        assert all(s["behind"] == 0 for p in status["peers"] for s in p["streams"])
+        assert all(s["behind"] is False for p in status["peers"] for s in p["streams"])
     finally:
         _shutdown(services, (a, b, v))
 
@@ -124,6 +124,38 @@ def test_a_site_restored_from_an_older_copy_of_its_file_still_sends_its_new_rows
         assert not services[1].status()["failing"]  # b asked past a's last change, and got the full state
     finally:
         _shutdown(services, (a, b))
+
+
+def test_a_site_restored_from_one_backup_then_another_sends_what_only_the_second_holds(tmp_path):
+    """A site restored from an older backup X wrote, and a peer merged past the numbers of the rows X
+    lacks; restored then from a newer backup Y, whose rows written between X and Y the peer never
+    got, the site numbered them below the peer's cursor (which came from X's branch), so they never
+    reached it (found by a probe). Each opening that changes something is recorded
+    (``_crr.openings``): a cursor this copy never handed out gets the full state."""
+    a = _site(tmp_path, "a")
+    b = _site(tmp_path, "b", ("CREATE REMOTE TABLE r (a INT, b VARCHAR)",))
+    services = _chain(a, b)
+    try:
+        services[0].execute("INSERT INTO r VALUES (1, 'one')")
+        assert wait_for(lambda: rows(services[1], "SELECT count(*) FROM r") == [(1,)])
+    finally:
+        _shutdown(services, (a, b))
+    shutil.copy(tmp_path / "a.duckdb", tmp_path / "x")
+    a = crr.Site(str(tmp_path / "a.duckdb"))
+    a.execute("INSERT INTO r VALUES (2, 'only in the newer backup')")  # b is away
+    a.close()
+    shutil.copy(tmp_path / "a.duckdb", tmp_path / "y")
+    for copy, row in (("x", 3), ("y", 4)):
+        a, b = _restore(tmp_path, copy)
+        a.execute(f"INSERT INTO r VALUES ({row}, 'after the restore')")
+        services = _chain(a, b)
+        try:
+            assert wait_for(lambda: (row,) in rows(services[1], "SELECT a FROM r")), copy
+        finally:
+            _shutdown(services, (a, b))
+    b = crr.Site(str(tmp_path / "b.duckdb"))
+    assert b.execute("SELECT a FROM r ORDER BY a") == [(1,), (2,), (3,), (4,)]
+    b.close()
 
 
 def test_a_view_site_with_sources_follows_and_passes_on_only_its_views(tmp_path):

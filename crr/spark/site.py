@@ -33,7 +33,7 @@ from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, 
 from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, relation_from_row, relation_row,
                          source_read_error, tables_read)
 from crr.arrow_result import arrow_rows
-from crr.changeset import Changeset, changes_request, check_since_reached, received
+from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history, received
 from crr.clock import HybridClock, seq_floor
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
@@ -223,8 +223,15 @@ class SparkSite:
         # (a tracked merge) and "shape" (a batch), and the commit adds the catalog and counters.
         txn.meta.update({"site_id": self.site_id, "seq": seq, "hlc": self._clock.last,
                          "relations": [relation_row(r, i) for i, r in enumerate(catalog.values())]})
+        if seq > self._seq + 1:  # this opening's first change, which jumped to its floor: recorded with it
+            txn.meta["openings"] = [*txn.meta.get("openings", []), [seq, self._seq]]
         txn.commit()
         self._catalog, self._seq = catalog, seq
+
+    def _openings(self) -> list[tuple[int, int]]:
+        """The recorded openings of this copy of the site, as a DuckDB site keeps them in
+        ``_crr.openings`` (:func:`crr.changeset.cursor_in_history`): in the manifest."""
+        return [(int(f), int(p)) for f, p in self._store.meta.get("openings", [])]
 
     def _next_seq(self) -> int:
         """The sequence number of the change a transaction makes: one more than the last, or the floor
@@ -574,12 +581,20 @@ class SparkSite:
         return int(self._store.meta.get("cursors", {}).get(peer, {}).get(fold_identifier(relation), 0))
 
     @_one_thread_at_a_time
+    def knows_cursor(self, since: int) -> bool:
+        """Whether ``changes(since=since)`` resumes a stream from this copy of the site, as
+        :meth:`crr.Site.knows_cursor` (:func:`crr.changeset.cursor_in_history`)."""
+        self._check_open()
+        since, _ = changes_request(since, None)
+        return cursor_in_history(since, self._seq, self._openings())
+
+    @_one_thread_at_a_time
     def changes(self, since: int | None = None, relations: Iterable[str] | None = None) -> Changeset:
         """Everything changed after cursor ``since`` (None or 0: the full state), for the named relations
         (default: every relation but remote sources), as a changeset any site can merge."""
         self._check_open()
         since, given = changes_request(since, relations)
-        check_since_reached(since, self._seq)
+        check_since_known(since, self._seq, self._openings())
         names = self._catalog.names_to_send(None if given is None
                                             else list(dict.fromkeys(self.relation(r).name for r in given)))
         out, cl = collect_changes(self._store.read, self._catalog, names, since)
