@@ -18,7 +18,7 @@ lineage). Arrow sizes are uncompressed and layout-independent, so the two sides 
     its ``$e``, see crr.replica) or a generated (virtual) column is computed when read;
   - ``lineage``: the causal-length entries ``_crr.cl`` of the relations in the view's lineage
     (``in?`` needs them), and any other internal table with a ``rel`` column, by the same filter;
-    an internal table without one (other than the catalog, meta and cursor bookkeeping) is counted
+    an internal table without one (other than the catalog, meta, cursor and openings bookkeeping) is counted
     in full under ``other``, so nothing new the engine stores goes unseen.
   Temporary tables (scratch of the last batch) and APP tables of inputs (the user's own data)
   are not counted.
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-BOOKKEEPING = {"meta", "relations", "cursors"}  # crr's per-site catalog tables, not per view
+BOOKKEEPING = {"meta", "relations", "cursors", "openings"}  # crr's per-site catalog tables, not per view
 
 
 @dataclass
