@@ -5,9 +5,10 @@ transaction): each of them stores its sequence number in the AUG rows it writes 
 the causal-length entries, so the largest of those is the counter. DDL, which can drop such rows,
 and closing a site store both in ``_crr.meta`` (:func:`counters_update_sql`); opening one takes the
 larger of the stored counters and what the rows show (:func:`largest_seq_sql`,
-:func:`largest_stamp_sql`). The first transaction after an opening takes at least the wall clock's
-number, :func:`crr.clock.seq_floor` (see there why), which is never stored: a site that wrote nothing
-since it opened keeps the number its rows show.
+:func:`largest_stamp_sql`). The first change after an opening takes at least the wall clock's
+number, :func:`crr.clock.seq_floor` (see there why), and records the opening first
+(:data:`OPENING_INSERT_SQL`, read by :func:`crr.changeset.cursor_in_history`); a site that changed
+nothing since it opened keeps the number its rows show.
 """
 
 from __future__ import annotations

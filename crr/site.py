@@ -211,6 +211,7 @@ class Site:
             state.catalog = state.catalog.with_(rel)
         state.seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
         state.seq_floor = seq_floor()
+        state.read_openings()
         state.clock = HybridClock(self.site_id, last)
 
     def _recover_counters(self, seq: int, hlc: int) -> tuple[int, int]:
@@ -365,7 +366,7 @@ class Site:
         names = self._state.rels.names_to_send(named)
         with self._state.transaction():
             cursor = self._state.seq
-            check_since_known(since, cursor, self._state.openings() if 0 < since <= cursor else ())
+            check_since_known(since, cursor, self._state.openings)
             out, cl = collect_changes(self._state.con, self._state.rels, names, since)
         return Changeset(source=self.site_id, since=since, cursor=cursor, relations=out, cl=cl)
 
@@ -378,7 +379,7 @@ class Site:
         self._state.check_open()
         since, _ = changes_request(since, None)
         cursor = self._state.seq
-        return cursor_in_history(since, cursor, self._state.openings() if 0 < since <= cursor else ())
+        return cursor_in_history(since, cursor, self._state.openings)
 
     @_one_thread_at_a_time
     def merge(self, changeset: Changeset | bytes, *, track: bool = False) -> MergeResult:

@@ -127,8 +127,10 @@ class SiteState:
         self.site_id = ""
         self.seq = 0  # the sequence number of the last transaction that changed replicated state
         self.seq_floor = 0  # the least number the next one takes (crr.clock.seq_floor, set at open)
-        self.opening_recorded = False  # whether this opening is in _crr.openings (see next_seq)
-        self._opening_in_transaction = False  # ... recorded by the running transaction (a rollback drops it)
+        # the file's _crr.openings rows (read at open; see next_seq), and whether this opening is one
+        self.openings: tuple[tuple[int, int], ...] = ()
+        self.opening_recorded = False
+        self._opening_staged: tuple[int, int] | None = None  # recorded by the running transaction
         self._seq_before: int | None = None  # while a transaction runs: ``seq`` when it began
         self.clock = HybridClock("", 0)
         self.closed = False
@@ -189,12 +191,14 @@ class SiteState:
             self.slots.committed()
             if self.staged is not None:
                 self.catalog = self.staged
+            if self._opening_staged is not None:
+                self.openings = (*self.openings, self._opening_staged)
         except BaseException:
             # nothing the transaction wrote is committed: its sequence number goes to the next one (a
             # cursor handed out after it would otherwise skip that one's rows once the site reopens)
             self.seq = seq
-            if self._opening_in_transaction:  # its record of the opening is gone with it
-                self.opening_recorded = self._opening_in_transaction = False
+            if self._opening_staged is not None:  # its record of the opening is gone with it
+                self.opening_recorded = False
             self.slots.rolled_back()
             self.widths.clear()  # a cache of monomial lengths, possibly of rolled-back rows
             _roll_back(self.con)
@@ -202,7 +206,7 @@ class SiteState:
         finally:
             self.staged = None
             self._seq_before = None
-            self._opening_in_transaction = False
+            self._opening_staged = None
 
     @property
     def committed_seq(self) -> int:
@@ -248,16 +252,20 @@ class SiteState:
         if seq > self.seq + 1 and not self.opening_recorded:
             self.con.execute(OPENING_INSERT_SQL, [seq, self.seq])
             self.opening_recorded = True
-            self._opening_in_transaction = self._seq_before is not None
+            if self._seq_before is not None:  # known once the transaction commits
+                self._opening_staged = (seq, self.seq)
+            else:  # (a point write's statement of its own: committed)
+                self.openings = (*self.openings, (seq, self.seq))
         return seq
 
     def bump(self) -> None:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
         self.seq = self.next_seq()
 
-    def openings(self) -> list[tuple[int, int]]:
-        """The recorded openings of this copy of the site (:data:`crr.counters.OPENINGS_SQL`)."""
-        return [(int(f), int(p)) for f, p in self.con.execute(OPENINGS_SQL).fetchall()]
+    def read_openings(self) -> None:
+        """Read the file's recorded openings (:data:`crr.counters.OPENINGS_SQL`), when the site opens;
+        ``openings`` then follows the ones this process records (see :meth:`next_seq`)."""
+        self.openings = tuple((int(f), int(p)) for f, p in self.con.execute(OPENINGS_SQL).fetchall())
 
     def save_counters(self) -> None:
         """Store the sequence number and clock in ``_crr.meta`` (see :mod:`crr.counters`)."""
