@@ -210,8 +210,7 @@ class Site:
                 rel = dataclasses.replace(rel, plan=plan, aggregate=spec)
             state.catalog = state.catalog.with_(rel)
         state.seq, last = self._recover_counters(int(meta["seq"]), int(meta["hlc"]))
-        state.seq_floor = seq_floor()
-        state.read_openings()
+        state.open_numbering(seq_floor())
         state.clock = HybridClock(self.site_id, last)
 
     def _recover_counters(self, seq: int, hlc: int) -> tuple[int, int]:

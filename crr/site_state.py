@@ -250,7 +250,8 @@ class SiteState:
         An opening recorded by a change that then wrote nothing hands out no number: harmless."""
         seq = max(self.seq + 1, self.seq_floor)
         if seq > self.seq + 1 and not self.opening_recorded:
-            self.con.execute(OPENING_INSERT_SQL, [seq, self.seq])
+            with translated_errors():  # (Site.interrupt may land on it, outside any statement's translation)
+                self.con.execute(OPENING_INSERT_SQL, [seq, self.seq])
             self.opening_recorded = True
             if self._seq_before is not None:  # known once the transaction commits
                 self._opening_staged = (seq, self.seq)
@@ -262,10 +263,15 @@ class SiteState:
         """Advance the sequence number after a transaction wrote AUG rows stamped with it."""
         self.seq = self.next_seq()
 
-    def read_openings(self) -> None:
-        """Read the file's recorded openings (:data:`crr.counters.OPENINGS_SQL`), when the site opens;
-        ``openings`` then follows the ones this process records (see :meth:`next_seq`)."""
+    def open_numbering(self, floor: int) -> None:
+        """Read the file's recorded openings (:data:`crr.counters.OPENINGS_SQL`) when the site opens, and
+        set this opening's floor: ``floor`` (:func:`crr.clock.seq_floor`), or above the last recorded
+        floor if the wall clock has stepped back since. An opening is recorded before its first change
+        writes, so one whose change then wrote nothing handed out no number; the floors still have to
+        grow, as :func:`crr.changeset.cursor_in_history` reads the ranges in their order. ``openings``
+        then follows the ones this process records (see :meth:`next_seq`)."""
         self.openings = tuple((int(f), int(p)) for f, p in self.con.execute(OPENINGS_SQL).fetchall())
+        self.seq_floor = max(floor, self.openings[-1][0] + 1 if self.openings else 0)
 
     def save_counters(self) -> None:
         """Store the sequence number and clock in ``_crr.meta`` (see :mod:`crr.counters`)."""

@@ -210,6 +210,48 @@ def test_changes_refuses_a_cursor_another_copy_of_the_file_handed_out(tmp_path):
     a.close()
 
 
+def test_a_site_knows_its_cursors_after_the_clock_steps_back(tmp_path, monkeypatch):
+    """An opening is recorded before its first change writes, so one whose change wrote nothing (an
+    UPDATE of no row) handed out no number; when the wall clock then stepped back, the next opening's
+    floor fell below that one's, and the site refused its own cursors (found by a probe). Floors
+    now always grow."""
+    import crr.site
+    path = str(tmp_path / "a.duckdb")
+    a = crr.Site(path, site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v INT)")
+    a.execute("INSERT INTO t VALUES (1, 1)")
+    a.close()
+    a = crr.Site(path)
+    a.execute("UPDATE t SET v = 5 WHERE k = 99")  # changes nothing
+    a.close()
+    stepped_back = crr.site.seq_floor() - 2_000_000
+    monkeypatch.setattr(crr.site, "seq_floor", lambda: stepped_back)
+    a = crr.Site(path)
+    a.execute("INSERT INTO t VALUES (2, 2)")
+    first = a.cursor
+    a.execute("INSERT INTO t VALUES (3, 3)")
+    assert a.knows_cursor(first) and a.knows_cursor(a.cursor)
+    assert a.changes(since=first).relation("t").tuples.column("c0").to_pylist() == [3]
+    a.close()
+
+
+def test_recording_an_opening_that_fails_is_a_crr_error(tmp_path):
+    """The first change after an opening records it before it writes; DuckDB failing there (here: the
+    table dropped behind crr's back; Site.interrupt landing on it, found by a probe) raised DuckDB's
+    own exception from a write to a table views read."""
+    path = str(tmp_path / "a.duckdb")
+    a = crr.Site(path, site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INT PRIMARY KEY, v INT)")
+    a.execute("CREATE MATERIALIZED VIEW w AS SELECT v FROM t")
+    a.close()
+    a = crr.Site(path)
+    a._con.execute("DROP TABLE _crr.openings")
+    with pytest.raises(crr.CrrError, match="openings"):
+        a.execute("INSERT INTO t VALUES (1, 1)")
+    assert a.execute("SELECT count(*) FROM t") == [(0,)] and a.execute("SELECT count(*) FROM w") == [(0,)]
+    a.close()
+
+
 def test_a_changeset_given_as_a_cursor_is_named_not_printed(site: crr.Site):
     """``changes(since=changeset)`` (not its ``.cursor``) printed the whole changeset, Arrow tables and
     all, into the message (found by a probe)."""
