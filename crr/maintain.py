@@ -284,11 +284,11 @@ def monomials_insert_sql(rel: Relation, source: str, seq: str, lacking_only: boo
 def alive_sql(view: Relation, monomials: str, visibility: str) -> str:
     """SELECT text of the tuples ``(vid, cols...)`` of the monomials ``monomials`` names (``vid, mid,
     ids, cols...``; a table, slot or CTE, as it is read twice) that are alive: every id visible in
-    ``visibility`` (``id, vis``); a tuple appears once per alive monomial. A monomial is dead when one of its ids has an invisible row there or
-    none: those ids' monomials are anti-joined away, so only ``(vid, mid, id)`` goes through the
-    join with the visibility and no aggregate carries the values (a GROUP BY of the monomials
-    with ``bool_and`` of their ids' visibility took 2.6 of the 9 ms of operators of a paper
-    join-insert batch)."""
+    ``visibility`` (``id, vis``); a tuple appears once per alive monomial. A monomial is dead when
+    one of its ids has an invisible row there or none: those ids' monomials are anti-joined away, so
+    only ``(vid, mid, id)`` goes through the join with the visibility and no aggregate carries the
+    values (a GROUP BY of the monomials with ``bool_and`` of their ids' visibility took 2.6 of the
+    9 ms of operators of a paper join-insert batch)."""
     return f"""SELECT n.vid, {cols_sql(view, 'n')} FROM {monomials} n
                ANTI JOIN (SELECT u.vid, u.mid FROM (SELECT vid, mid, unnest(ids) AS id FROM {monomials}) u
                           LEFT JOIN {visibility} c ON c.id = u.id

@@ -180,7 +180,8 @@ def _insert_received(state: SiteState, rel: Relation, rc: RelationChanges, cs: C
         entries = received_entries(state.rels, cl, cs.cl, frozenset({rel.name}), sources, _skew(state), ())
         assert entries is not None
         sql = received_rows_insert_sql(rel, entries, tuples, state.rels.unchecked_entries, then)
-        counts = state.con.execute(sql, [state.next_seq(), state.next_seq(), *cte_values(then)]).fetchall()[0]
+        seq = state.next_seq()
+        counts = state.con.execute(sql, [seq, seq, *cte_values(then)]).fetchall()[0]
     finally:
         inputs.close(drop_tables=False)
     return counts if counts[0] else None
