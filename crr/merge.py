@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from crr.arrow_build import int64_scalar, strings
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import SCHEMA, TABLE_DEFINITION, Catalog, Relation
-from crr.changeset import ChangeKind, Changeset, RelationChanges, shown
-from crr.errors import CatalogError, ChangesetError, SchemaMismatchError
+from crr.changeset import ChangeKind, Changeset, RelationChanges
+from crr.errors import ChangesetError, SchemaMismatchError
 from crr.id_sets import all_in, distinct_keys, id_storage, index_in
 from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
@@ -40,51 +40,6 @@ from crr.colocated import ColocatedBatch, homes_of
 from crr import replica
 from crr.maintain import Batch, BatchResult, temp_table
 from crr.sql.statements import RelationKind, fold_identifier
-
-_CURSOR_CONFLICT = "ON CONFLICT (peer, relation) DO UPDATE SET cursor = excluded.cursor, updated = excluded.updated"
-
-def _tracked_rows_sql(count: int) -> str:
-    """The ``count`` (peer, relation, cursor, since) rows whose cursor a tracked merge records (the
-    rule of :func:`tracked_cursor`): those of a changeset starting at or before the recorded cursor
-    (0 when none is) and ending at or past it, or holding the full state."""
-    rows = ", ".join(["(?, ?, ?::BIGINT, ?::BIGINT)"] * count)
-    return (f"SELECT v.peer, v.relation, v.cursor, now()::TIMESTAMP "
-            f"FROM (VALUES {rows}) v(peer, relation, cursor, since) LEFT JOIN {SCHEMA}.cursors c "
-            "ON c.peer = v.peer AND c.relation = v.relation "
-            "WHERE v.since <= coalesce(c.cursor, 0) AND (v.since = 0 OR v.cursor >= coalesce(c.cursor, 0))")
-
-
-def tracked_cursor(recorded: int, since: int, cursor: int) -> int:
-    """The cursor a tracked merge of a changeset ``(since, cursor]`` leaves, given the one recorded
-    (0: none). One starting past it leaves a gap of changes it does not carry, so the cursor stays and
-    the stream resumes from it; one ending before it (an old changeset merged again) moves nothing
-    back. A full state (``since`` 0) holds everything of its source up to its cursor, which is the
-    cursor, even below the recorded one: a source restored from an older copy of its file numbers its
-    new changes again from there (keeping the larger one skipped them)."""
-    if since > recorded or (since and cursor < recorded):
-        return recorded
-    return cursor
-
-
-CURSOR_UPSERT_SQL = f"INSERT INTO {SCHEMA}.cursors {_tracked_rows_sql(1)} {_CURSOR_CONFLICT}"
-"""Record a tracked stream's cursor: parameters (peer, relation, cursor, since); see :func:`_tracked_rows_sql`."""
-
-CURSORS_FORGET_SQL = f"DELETE FROM {SCHEMA}.cursors WHERE relation = ?"
-"""Forget the tracked cursors of a dropped relation: one declared again under its name starts from 0."""
-
-PEER_CURSOR_SQL = f"SELECT cursor FROM {SCHEMA}.cursors WHERE peer = ? AND relation = ?"
-"""A tracked stream's cursor: parameters (peer, relation)."""
-
-PEER_CURSORS_SQL = f"SELECT peer, relation, cursor, updated FROM {SCHEMA}.cursors ORDER BY peer, relation"
-"""Every tracked stream's cursor and when it last moved."""
-
-
-def tracked_cursors_sql(count: int, written: str) -> str:
-    """:data:`CURSOR_UPSERT_SQL` of ``count`` relations as one INSERT ... RETURNING, to run as a CTE
-    of a merge's one statement (:mod:`crr.point_merge`): it records the cursors only when the CTE
-    ``written`` returned rows (the merge wrote). Parameters: (peer, relation, cursor, since) per relation."""
-    return (f"INSERT INTO {SCHEMA}.cursors {_tracked_rows_sql(count)} AND EXISTS (SELECT 1 FROM {written}) "
-            f"{_CURSOR_CONFLICT} RETURNING 1")
 
 
 LINEAGE_UPDATE_SQL = f"UPDATE {SCHEMA}.relations SET lineage = ? WHERE name = ?"
@@ -357,13 +312,6 @@ def tuple_columns(rel: Relation, idcol: str = "id") -> list[tuple[str, str]]:
     """The columns (and DuckDB types) of a changeset's tuples table of ``rel``: its id (``id`` for a
     replicated table's, ``vid`` for a derived relation's) and its AUG columns."""
     return [(idcol, "UHUGEINT")] + [(c.name, c.type) for c in rel.aug_columns]
-
-
-def check_peer_cursor_args(peer: object, relation: object) -> None:
-    """:class:`CatalogError` unless ``peer_cursor``'s arguments are a site id and a relation name (strings)."""
-    if not isinstance(peer, str) or not isinstance(relation, str):
-        raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
-                           f"{shown(peer)} and {shown(relation)}")
 
 
 def allowed_skew(max_clock_skew: float, clock_last: int) -> float:

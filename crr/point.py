@@ -235,7 +235,7 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     same statement: the maintenance of the relations that derive from the table
     (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE :data:`NEW_TUPLES` (the written tuples,
     ``id`` and AUG columns) and their entries, and, for a merge, the tracked cursor
-    (:func:`crr.merge.tracked_cursors_sql`); their parameters follow the others. The statement
+    (:mod:`crr.tracked_cursors`); their parameters follow the others. The statement
     returns one row: the count of APP rows of the table it wrote, then the count of rows each
     further write returned, in order."""
     params = ", ".join(["?::UHUGEINT"] * count)

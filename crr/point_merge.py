@@ -9,7 +9,7 @@ the same rows new to the site writes (entries of length 1, tuples, APP rows, and
 derivations and rows), except that each entry keeps the stamp it came with. So it runs one
 statement of data-modifying CTEs (:func:`crr.point.new_rows_writes_sql`) with the views inside it
 (:meth:`crr.maintain.Maintainer.appends`) and the tracked cursor
-(:func:`crr.merge.tracked_cursors_sql`), which writes nothing when the site has an entry of one of
+(:mod:`crr.tracked_cursors`), which writes nothing when the site has an entry of one of
 the keys (unkeyed: ids). Two routes:
 
 * :func:`received_new_rows`: at most :data:`~crr.point.POINT_ROWS` rows of types whose text Python

@@ -23,12 +23,13 @@ from crr.changes import base_provenance_sql, collect_changes, derived_provenance
 from crr.clock import HybridClock, seq_floor
 from crr.counters import largest_seq_sql, largest_stamp_sql
 from crr.errors import CatalogError, CrrError, SiteError, SqlError, first_line
-from crr.merge import PEER_CURSOR_SQL, PEER_CURSORS_SQL, MergeResult, check_peer_cursor_args
+from crr.merge import MergeResult
 from crr.one_thread import one_thread_at_a_time
 from crr.prepared import Prepared
 from crr.site_options import check_site_id, clock_skew
 from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
+from crr.tracked_cursors import PEER_CURSOR_SQL, PEER_CURSORS_SQL, check_peer_cursor_args
 from crr.upgrade import upgradable, upgrade
 
 
@@ -389,7 +390,7 @@ class Site:
         With ``track=True`` the changeset's source cursor is recorded per (source site, relation)
         in the same transaction (see :meth:`peer_cursor`), so a stream resumes where it stopped: an
         incremental changeset moves it forward only (and not past a gap it leaves), a full state
-        (``since`` 0) sets it (:func:`crr.merge.tracked_cursor`).
+        (``since`` 0) sets it (:func:`crr.tracked_cursors.tracked_cursor`).
         """
         return site_merge.merge(self._state, changeset, track)
 
@@ -397,7 +398,11 @@ class Site:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if
         none). Read as committed, without waiting for a statement another thread runs on the site."""
         check_peer_cursor_args(peer, relation)
-        rows = self._state.read_committed(PEER_CURSOR_SQL, [peer, fold_identifier(relation)])
+        stream = (peer, fold_identifier(relation))
+        known = self._state.recorded_cursors.get(stream)  # a tracked merge of this opening wrote it
+        if known is not None:
+            return known
+        rows = self._state.read_committed(PEER_CURSOR_SQL, list(stream))
         return int(rows[0][0]) if rows else 0
 
     def peer_cursors(self) -> list[tuple[str, str, int, Any]]:

@@ -24,13 +24,13 @@ from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELET
 from crr.causal import relation_entries_delete_sql
 from crr.errors import CatalogError, SqlError, UnsupportedSqlError
 from crr.maintain import view_errors
-from crr.merge import CURSORS_FORGET_SQL
 from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
 from crr.sql.guard import builtin_functions
 from crr.sql.validate import check_relation_names, function_name, refuse
 from crr.sql.statements import RESERVED_PREFIX, CreateTable, CreateView, Drop, Other, RelationKind, is_reserved, parse_one
+from crr.tracked_cursors import CURSORS_FORGET_SQL
 from crr.types import Column, quote_ident, type_family, type_probe_sql
 
 USER_FUNCTIONS_SQL = "SELECT DISTINCT lower(function_name) FROM duckdb_functions() WHERE NOT internal"
@@ -190,13 +190,20 @@ def drop(state: SiteState, stmt: Drop) -> list[tuple]:
         for ddl in drop_ddl(rel):
             state.con.execute(ddl)
         state.con.execute(RELATION_DELETE_SQL, [rel.name])
-        state.con.execute(CURSORS_FORGET_SQL, [rel.name])  # a relation declared again under the name starts at 0
+        _forget_cursors(state, rel.name)  # a relation declared again under the name starts at 0
         for base in set(state.rels.lineage(rel.name)) - remaining:
             state.con.execute(relation_entries_delete_sql(), [base])
         state.save_counters()  # the rows dropped may have held the largest sequence number
         state.stage(state.rels.without(rel.name))
     state.widths.pop(rel.name, None)
     return []
+
+
+def _forget_cursors(state: SiteState, relation: str) -> None:
+    """Delete the tracked cursors of ``relation``, forgetting them in the site's snapshot first (which
+    then asks the file, should the transaction roll back)."""
+    state.recorded_cursors = state.recorded_cursors.without_relation(relation)
+    state.con.execute(CURSORS_FORGET_SQL, [relation])
 
 
 def _name_taken(state: SiteState, name: str, if_not_exists: bool) -> bool:
@@ -222,7 +229,7 @@ def _create_aug(state: SiteState, rel: Relation) -> None:
 
 def _add_relation(state: SiteState, rel: Relation) -> None:
     _create_aug(state, rel)
-    state.con.execute(CURSORS_FORGET_SQL, [rel.name])  # a peer's cursor of another relation of the name
+    _forget_cursors(state, rel.name)  # a peer's cursor of another relation of the name
     pos = state.con.execute(NEXT_POSITION_SQL).fetchall()[0][0]
     state.con.execute(relation_insert_sql(), relation_row(rel, pos))
 

@@ -19,14 +19,15 @@ from crr.causal import KeyHashSource
 from crr.changeset import Changeset, RelationChanges, received
 from crr.cte import CteWrite, cte_values
 from crr.maintain import BatchResult
-from crr.merge import (CURSOR_UPSERT_SQL, DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
+from crr.merge import (DERIVED_UPDATE_SQL, ENTRY_COLUMNS, LINEAGE_UPDATE_SQL, MergeInputs,
                        MergeResult, changeset_errors, grown_lineage, held_relations, learned_definitions,
                        newly_derived, plan_merge, relineaged,
-                       allowed_skew, received_entries, tracked_cursors_sql, tuple_columns, without_copies)
+                       allowed_skew, received_entries, tuple_columns, without_copies)
 from crr.point import NEW_TUPLES, PointWrite
 from crr.point_merge import received_new_batch, received_new_rows, received_rows_insert_sql
 from crr.repeated import repeated
 from crr.site_state import SiteState, ViewFailed, views_inside
+from crr.tracked_cursors import Stream
 
 
 def _skew(state: SiteState) -> float:
@@ -89,9 +90,9 @@ def _merge(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationC
             batch = plan_merge(state.con, state.rels, cs, held, inputs, _skew(state))
             batch.revalued = stale
             result = state.apply(batch) if held else BatchResult()
-            if track and held:  # the relations the site holds: one declared later starts at 0
-                state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since]
-                                                          for _, rc in held])
+            # the relations the site holds: one declared later starts at 0
+            recorded = _record_cursors(state, cs, held) if track else {}
+        state.recorded_cursors = state.recorded_cursors.after(recorded)
     finally:
         inputs.close(drop_tables=len(cs) > 10_000)
     return result, False
@@ -120,8 +121,22 @@ def _repeated(state: SiteState, cs: Changeset, held: list[tuple[Relation, Relati
         inputs.close(drop_tables=False)
     if track:
         with state.transaction(), changeset_errors():
-            state.con.executemany(CURSOR_UPSERT_SQL, [[cs.source, rc.name, cs.cursor, cs.since] for _, rc in held])
+            recorded = _record_cursors(state, cs, held)
+        state.recorded_cursors = state.recorded_cursors.after(recorded)
     return True
+
+
+def _record_cursors(state: SiteState, cs: Changeset,
+                    held: list[tuple[Relation, RelationChanges]]) -> dict[Stream, tuple[bool, int]]:
+    """Record the changeset's cursor of each held relation, in the caller's transaction, by the
+    statements :meth:`crr.tracked_cursors.RecordedCursors.record` picks; what each wrote, for
+    :meth:`~crr.tracked_cursors.RecordedCursors.after` once the transaction commits."""
+    recorded = {}
+    for _, rc in held:
+        stream = (cs.source, rc.name)
+        sql, values = state.recorded_cursors.record(stream, cs.cursor, cs.since)
+        recorded[stream] = (bool(state.con.execute(sql, values).fetchall()), cs.cursor)
+    return recorded
 
 
 def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, RelationChanges]],
@@ -145,9 +160,11 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
     if appends is None:
         return None
     then = list(appends)
+    streams: dict[str, Stream] = {}  # the CTE recording each tracked stream's cursor, by its name
     if track:  # (held: the relations the site holds, as the general path records)
-        then.append(("_crr_cursors", tracked_cursors_sql(len(held), NEW_TUPLES),
-                     [p for _, rc in held for p in (cs.source, rc.name, cs.cursor, cs.since)]))
+        for n, (_, rc) in enumerate(held):
+            streams[f"_crr_cursor{n}"] = stream = (cs.source, rc.name)
+            then.append((f"_crr_cursor{n}", *state.recorded_cursors.record(stream, cs.cursor, cs.since, NEW_TUPLES)))
     try:
         with changeset_errors(), views_inside(bool(appends)):
             if rows is not None:
@@ -163,8 +180,10 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
     if counts is None:
         return None
     state.bump()
-    return m.appended_result(rel, tuples, counts[0], dict(zip((name for name, _, _ in then), counts[1:])),
-                             [r.name for r, _ in held])
+    written = dict(zip((name for name, _, _ in then), counts[1:]))
+    state.recorded_cursors = state.recorded_cursors.after(
+        {stream: (bool(written[name]), cs.cursor) for name, stream in streams.items()})
+    return m.appended_result(rel, tuples, counts[0], written, [r.name for r, _ in held])
 
 
 def _insert_received(state: SiteState, rel: Relation, rc: RelationChanges, cs: Changeset,

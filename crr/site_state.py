@@ -34,6 +34,7 @@ from crr.maintain import Batch, BatchResult, Maintainer, view_query_failed
 from crr.prepared import Prepared
 from crr.sql import dml
 from crr.sql.statements import Dml
+from crr.tracked_cursors import RecordedCursors
 
 _DUCKDB_ERRORS: list[tuple[type, type]] = [
     (duckdb.ConstraintException, ConstraintError),
@@ -154,6 +155,9 @@ class SiteState:
         # opened, and where the last one merged in full started (its ``since``); a hint only, of when
         # a changeset may repeat one merged before (crr.site_merge._repeated)
         self.merged_cursors: dict[tuple[str, str], tuple[int, int]] = {}
+        # the tracked cursors known to be stored, as committed (crr.tracked_cursors): replaced after the
+        # commit of a tracked merge, and before a DDL deletes rows of _crr.cursors
+        self.recorded_cursors = RecordedCursors()
         # the names of the macros defined at this site, read once (crr.site_ddl); None again after a
         # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs. A new
         # in-memory database has none (a file may keep some from before it was opened)

@@ -37,8 +37,8 @@ from crr.changeset import Changeset, changes_request, check_since_known, cursor_
 from crr.clock import HybridClock, seq_floor
 from crr.errors import CatalogError, ChangesetError, CrrError, ReadOnlyRelationError, SiteError, SqlError, \
     TypeMismatchError, UnsupportedSqlError, first_line
-from crr.merge import (allowed_skew, check_peer_cursor_args, grown_lineage, held_relations, learned_definitions,
-                       relineaged, tracked_cursor, without_copies)
+from crr.merge import (allowed_skew, grown_lineage, held_relations, learned_definitions, relineaged,
+                       without_copies)
 from crr.one_thread import one_thread_at_a_time
 from crr.site_options import check_site_id, clock_skew
 from crr.spark.encoding import quote, register_udfs, spark_type
@@ -48,6 +48,7 @@ from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, tuples_key, user_view
 from crr.spark.writes import insert_batch
+from crr.tracked_cursors import check_peer_cursor_args, tracked_cursor
 from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier, one_statement
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
