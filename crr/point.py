@@ -60,6 +60,7 @@ from crr.cte import CteWrite, cte_values, ctes
 from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
+from crr.sql.dml import Cell, Constant
 from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
                        is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
 from crr.writes import (clashing_row_held, disagreeing_entry_error, key_clash_error, merged_rows_error, null_error,
@@ -387,20 +388,22 @@ def added_values_sql(rel: Relation, count: int) -> str:
     return f"SELECT * FROM (VALUES {', '.join([f'(?::UHUGEINT, {_typed_row(rel)})'] * count)}) a({names})"
 
 
-def param_texts(columns: Sequence[Column], params_at: tuple[tuple[int | None, ...], ...] | None,
+def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ...] | None,
                 params: list | dict | None) -> list[tuple[str | None, ...]] | None:
-    """The texts :data:`Statement.ROWS` would return for an INSERT of parameters into a table of
-    ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None when some value's text is
-    not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in its integer column's range
-    and a ``bool`` for BOOLEAN are taken (other values and types run the statement, which also
-    refuses what DuckDB cannot cast)."""
+    """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
+    a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
+    when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
+    its integer column's range and a ``bool`` for BOOLEAN are taken, whether a parameter or a
+    literal (other values and types run the statement, which also refuses what DuckDB cannot cast)."""
+    params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None
-    if {i for at in params_at for i in at if i is not None} != set(range(len(params))):
+    if {c for at in params_at for c in at if type(c) is int} != set(range(len(params))):
         return None  # too few or too many values: the statement runs, and DuckDB's error says which
     rows = []
     for at in params_at:
-        row = value_texts(columns, [None if i is None else params[i] for i in at])
+        row = value_texts(columns, [c.value if isinstance(c, Constant) else None if c is None else params[c]
+                                    for c in at])
         if row is None:
             return None
         rows.append(row)

@@ -19,6 +19,20 @@ from crr.sql.parse import fold_identifier
 from crr.sql.statements import DIALECT
 
 
+@dataclass(frozen=True)
+class Constant:
+    """A cell of an INSERT's VALUES written as a literal: an integer (``5``, ``-5``), a string
+    (``'x'``) or a boolean, as Python holds it (see :func:`_constant`)."""
+
+    value: int | str | bool
+
+
+Cell = int | Constant | None
+"""What one value of an INSERT's VALUES row is (:attr:`RowQueries.params_at`): the position of its
+``?`` among the statement's parameters, a :class:`Constant`, or None (NULL, or a column the INSERT
+does not name)."""
+
+
 @dataclass
 class RowQueries:
     """SQL of the rows a statement removes (``old``) and adds (``new``); either may be None.
@@ -31,10 +45,10 @@ class RowQueries:
 
     old: str | None
     new: str | None
-    # an INSERT ... VALUES whose cells are all ``?`` parameters or NULL: per row, the position in the
-    # statement's parameters of each table column's value (None: NULL, or a column the INSERT does
-    # not name), so a caller may read the rows from the parameters without running ``new``
-    params_at: tuple[tuple[int | None, ...], ...] | None = None
+    # an INSERT ... VALUES whose cells are all ``?`` parameters, NULL or plain literals: per row, each
+    # table column's :data:`Cell`, so a caller may read the rows from the parameters and the
+    # literals without running ``new``
+    params_at: tuple[tuple[Cell, ...], ...] | None = None
     # a DELETE: the statement itself, run on the APP table, and the name its rows go by there (the
     # target's alias or name), so a caller may delete the APP rows directly and read them RETURNING
     delete: str | None = None
@@ -175,8 +189,9 @@ def _width(source: exp.Expression) -> int | None:
     return None
 
 
-def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tuple[tuple[int | None, ...], ...] | None:
-    """:attr:`RowQueries.params_at` of an INSERT, or None when some cell is not a ``?`` or NULL."""
+def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tuple[tuple[Cell, ...], ...] | None:
+    """:attr:`RowQueries.params_at` of an INSERT, or None when some cell is not a ``?``, NULL or a
+    literal :func:`_constant` takes."""
     values = tree.expression
     if not isinstance(values, exp.Values):
         return None
@@ -184,18 +199,39 @@ def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tu
     for row in values.expressions:
         if not isinstance(row, exp.Tuple) or len(row.expressions) != len(target_cols):
             return None
-        at: dict[str, int | None] = {}
+        at: dict[str, Cell] = {}
         for col, cell in zip(target_cols, row.expressions):
             if isinstance(cell, exp.Placeholder) and cell.this is None:
                 at[col], next_param = next_param, next_param + 1
             elif isinstance(cell, exp.Null):
                 at[col] = None
             else:
-                return None
+                constant = _constant(cell)
+                if constant is None:
+                    return None
+                at[col] = constant
         rows.append(tuple(at.get(name) for name in names))
     if next_param != sum(1 for _ in tree.find_all(exp.Placeholder)):
         return None  # a parameter outside the VALUES cells: positions would not line up
     return tuple(rows)
+
+
+def _constant(cell: exp.Expression) -> Constant | None:
+    """A VALUES cell that is a string literal, an integer literal (digits, perhaps negated) or
+    TRUE/FALSE, as a :class:`Constant`; None for any other expression (a decimal, a cast, a
+    function call, an E-string...). The rows statement holds the literal as sqlglot writes it back,
+    so the value is the one DuckDB reads there."""
+    if isinstance(cell, exp.Boolean):
+        return Constant(bool(cell.this))
+    negated = isinstance(cell, exp.Neg)
+    literal = cell.this if negated else cell
+    if not isinstance(literal, exp.Literal) or not isinstance(literal.this, str):
+        return None
+    if literal.is_string:
+        return None if negated else Constant(literal.this)
+    if re.fullmatch(r"[0-9]+", literal.this):
+        return Constant(-int(literal.this) if negated else int(literal.this))
+    return None
 
 
 def _target(tree: exp.Expression) -> exp.Table:

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import duckdb
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import crr
@@ -91,6 +91,61 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
     check()
     assert point.param_texts([Column("x", type_)], ((0,),), [None]) == [(None,)]
     assert taken  # some values do take the Python path
+
+
+LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE"]
+
+
+def _literal(value: Any) -> str:
+    """``value`` written as a SQL literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+_ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                      st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
+_OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
+            "BOOLEAN": st.booleans(), "DOUBLE": st.floats(allow_nan=False, allow_infinity=False)}
+
+
+def _cell(type_: str) -> st.SearchStrategy:
+    """(type, value, whether a parameter): mostly a value of the column's type, as literals are."""
+    return st.tuples(st.just(type_), st.one_of(_OF_TYPE.get(type_, st.integers(-300, 300)), _ANY_VALUE), st.booleans())
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(LITERAL_TYPES).flatmap(_cell), min_size=1, max_size=4))
+@example([("INTEGER", -5, False), ("VARCHAR", " it's ", False), ("BOOLEAN", False, False), ("VARCHAR", "p", True)])
+@example([("BIGINT", 2**63 - 1, False), ("TINYINT", 300, False)])
+def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
+    """:func:`crr.point.param_texts` reads literals of an INSERT's VALUES too (crr.sql.dml.Constant):
+    a literal it took as another value than DuckDB does (a string's quotes, a negative number) gives
+    another tuple id, APP row or error than the same INSERT run through the rows statement."""
+    columns = [(f"c{i}", t) for i, (t, _, _) in enumerate(cells)]
+    values = ", ".join("?" if as_param else _literal(v) for _, v, as_param in cells)
+    params = [v for _, v, as_param in cells if as_param]
+    sql = f"INSERT INTO t VALUES ({values})"
+    outcomes = []
+    for python_texts in (True, False):
+        site = crr.Site()
+        site.execute(f"CREATE REPLICATED TABLE t ({', '.join(f'{n} {t}' for n, t in columns)})")
+        try:
+            if python_texts:
+                site.execute(sql, params)
+            else:
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setattr("crr.site_dml.param_texts", lambda *a: None)
+                    site.execute(sql, params)
+        except crr.CrrError as e:
+            outcomes.append(type(e).__name__)
+            continue
+        outcomes.append((site.execute("SELECT * FROM t"), site.provenance("t")))
+    assert outcomes[0] == outcomes[1], (sql, params)
 
 
 def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
@@ -288,6 +343,10 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     # values Python writes as DuckDB's text (crr.point.param_texts): no rows statement
     given = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])
     assert len(given) == 1 and prepared(given, "WITH entries AS")  # prepared for new_key
+    # and literals of those kinds among them (crr.sql.dml.Constant)
+    for sql, params in [("INSERT INTO t (k, v) VALUES (?, 'it''s')", [3]), ("INSERT INTO t (k, v) VALUES (-4, 'w')", [])]:
+        literals = _count(site, sql, params)
+        assert len(literals) == 1 and prepared(literals, "WITH entries AS")
     # a DELETE from a table no other relation reads: the APP rows and their entries, one statement
     delete = warm("DELETE FROM t WHERE k = ?", [2], [10])
     assert len(delete) == 1 and prepared(delete, "WITH gone AS (DELETE FROM")
@@ -303,7 +362,7 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     assert len([s for s in back if not s.startswith("PREPARE ")]) == 4 and len(lookup(back)) == 1
     assert written and not [s for s in written if '"t$t"' in s]
     assert not any("TEMP TABLE" in s.upper() for s in _count(site, "UPDATE t SET v = 'z' WHERE k = 0", []))
-    assert app(site, "t") == [(0, "z", 1.0), (1, "y", 2.0)]
+    assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "y", 2.0), (3, "it's", None)]
 
 
 def test_a_large_write_takes_the_batch_path_and_a_small_one_maintains_the_views() -> None:
