@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -63,9 +64,30 @@ def all_in(values: pa.ChunkedArray | pa.Array, value_set: pa.ChunkedArray | pa.A
     return index_in(values, value_set).null_count == 0
 
 
+def _low_words(values: pa.Array) -> np.ndarray:
+    """The first 64-bit word of each 16-byte value (see :func:`_words`), as a numpy view of its buffer."""
+    words = np.frombuffer(values.buffers()[1], dtype=np.uint64, count=2 * (values.offset + len(values)))
+    return words[2 * values.offset::2]
+
+
+def _repeats(words: np.ndarray) -> bool:
+    """Whether some word occurs twice: numpy sorts 100k of them in about 1 ms, where pyarrow's
+    ``count_distinct`` hashes them in 10-30 ms."""
+    ordered = np.sort(words)
+    return bool((ordered[1:] == ordered[:-1]).any())
+
+
 def distinct_keys(key_hashes: pa.ChunkedArray | pa.Array) -> bool:
-    """Whether no key hash occurs twice among the non-null ones (an unkeyed entry's is null)."""
+    """Whether no key hash occurs twice among the non-null ones (an unkeyed entry's is null): decided
+    on their low words when those are distinct (so are the key hashes), by whole values otherwise."""
     kh = id_storage(key_hashes)
+    if len(kh) - kh.null_count < 2:
+        return True
+    words = _low_words(kh)
+    if kh.null_count:
+        words = words[np.asarray(kh.is_valid())]
+    if not _repeats(words):
+        return True
     return pc.count_distinct(kh, mode="only_valid").as_py() == len(kh) - kh.null_count
 
 
@@ -74,8 +96,7 @@ def distinct_ids(ids: pa.ChunkedArray | pa.Array) -> bool:
     (so are the ids); False when some repeat (then an id may repeat, or two ids share a low word)."""
     if len(ids) < 2:
         return True
-    low, _ = _words(ids)
-    return pc.count_distinct(low).as_py() == len(low)
+    return not _repeats(_low_words(id_storage(ids)))
 
 
 MAX_LISTED_IDS = 64

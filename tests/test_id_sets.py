@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crr.id_sets import all_in, distinct_ids, ids_arrow, index_in
+import pyarrow as pa
+
+from crr.id_sets import all_in, distinct_ids, distinct_keys, ids_arrow, index_in
 
 # ids sharing low or high words with each other, as well as arbitrary ones
 words = st.sampled_from([0, 1, 2**64 - 1, 12345])
@@ -31,6 +33,17 @@ def test_distinct_ids_is_true_only_for_distinct_ids(values, offset):
         assert len(set(values)) == len(values)
     if len({v % 2**64 for v in values}) == len(values):
         assert got
+
+
+@settings(deadline=None)  # the first call loads pyarrow's hash kernel
+@given(st.lists(st.one_of(st.none(), ids), max_size=30), st.integers(0, 3))
+def test_distinct_keys_tells_exactly_whether_a_key_hash_repeats(values, offset):
+    """Exact, nulls left out (an unkeyed entry's key hash is null): key hashes sharing a low word
+    but not a high one are distinct; a repeated one is found however far apart."""
+    k = min(offset, len(values))
+    arrow = pa.array([None if v is None else v.to_bytes(16, "little") for v in values], pa.binary(16)).slice(k)
+    present = [v for v in values[k:] if v is not None]
+    assert distinct_keys(arrow) == (len(set(present)) == len(present))
 
 
 def test_index_in_reads_duckdbs_uhugeint_arrow_chunked_and_sliced():
