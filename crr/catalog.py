@@ -42,7 +42,7 @@ Storage layout of one site (all inside one DuckDB file):
   one row per tuple id (``colocated`` in the catalog; see :mod:`crr.colocated`).
 * No index from ids to the monomials holding them: when ids flip, the tuples to re-evaluate are
   found by a scan of ``$m`` (``mid`` when every monomial holds one id; each position of ``ids``
-  otherwise, see :func:`crr.maintain.holding_flipped_sql`). DuckDB answers a join by
+  otherwise, see :func:`crr.maintain_sql.holding_flipped_sql`). DuckDB answers a join by
   scanning the big side in full anyway, so an index table ``(id, vid)`` (storage version 3's ``$i``)
   cost a statement per batch and a quarter of a join view's state, and saved 0-2 ms per lookup.
 * An aggregate view ``v`` is a view whose tuples are the rows of its FROM/WHERE core (``$m`` as

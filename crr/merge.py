@@ -38,7 +38,8 @@ from crr.batch_rows import Rows, RowsKind, cols_sql, tuple_check_sql
 from crr.causal import KeyHashSource, ReceivedEntries
 from crr.colocated import ColocatedBatch, homes_of
 from crr import replica
-from crr.maintain import Batch, BatchResult, temp_table
+from crr.maintain import Batch, BatchResult
+from crr.maintain_sql import temp_table
 from crr.sql.statements import RelationKind, fold_identifier
 
 

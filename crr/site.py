@@ -398,8 +398,11 @@ class Site:
         """The source cursor of the last changeset of ``relation`` merged from ``peer`` with track=True (0 if
         none). Read as committed, without waiting for a statement another thread runs on the site."""
         check_peer_cursor_args(peer, relation)
+        self._state.check_open()
         stream = (peer, fold_identifier(relation))
-        known = self._state.recorded_cursors.get(stream)  # a tracked merge of this opening wrote it
+        # a tracked merge of this opening wrote it; while one runs (on another thread), its commit may
+        # precede its snapshot, so the file answers
+        known = None if self._state.tracking else self._state.recorded_cursors.get(stream)
         if known is not None:
             return known
         rows = self._state.read_committed(PEER_CURSOR_SQL, list(stream))

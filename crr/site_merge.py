@@ -43,7 +43,12 @@ def merge(state: SiteState, changeset: Changeset | bytes, track: bool = False) -
     held, ignored = held_relations(state.rels, cs)
     ignored = copies + ignored
     # a site's own changes are no stream it resumes: their cursor is the site's own (Site.cursor)
-    result, repeats = _merge(state, cs, held, track and cs.source != state.site_id)
+    track = track and cs.source != state.site_id
+    state.tracking = track
+    try:
+        result, repeats = _merge(state, cs, held, track)
+    finally:
+        state.tracking = False
     for _, rc in held:  # merged: a later changeset from this source overlapping it may repeat it
         key = (cs.source, rc.name)
         cursor, since = state.merged_cursors.get(key, (cs.cursor, cs.since))

@@ -158,6 +158,7 @@ class SiteState:
         # the tracked cursors known to be stored, as committed (crr.tracked_cursors): replaced after the
         # commit of a tracked merge, and before a DDL deletes rows of _crr.cursors
         self.recorded_cursors = RecordedCursors()
+        self.tracking = False  # while a tracked merge runs, from before its commit until its snapshot is in place
         # the names of the macros defined at this site, read once (crr.site_ddl); None again after a
         # statement of the application's that is not read-only (CREATE MACRO, ATTACH, ...) runs. A new
         # in-memory database has none (a file may keep some from before it was opened)

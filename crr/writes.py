@@ -23,7 +23,8 @@ from crr.clock import HybridClock
 from crr.errors import ChangesetError, ConstraintError
 from crr.batch_rows import Rows, RowsKind, WrittenChanges, cols_sql, stored_cols_sql
 from crr.causal import LocalEntries, disagreeing_entries_sql
-from crr.maintain import Batch, temp_table
+from crr.maintain import Batch
+from crr.maintain_sql import temp_table
 from crr.types import key_hash_sql, quote_str, tuple_id_sql
 
 

@@ -1,6 +1,6 @@
 """A deleted (or re-inserted) base row reaches every view tuple whose monomials hold its id, whatever
 position the id has in the monomials and whether the site knows their lengths (in session: one probe
-per position; reopened: the ids unnested; see ``crr.maintain.holding_flipped_sql``)."""
+per position; reopened: the ids unnested; see ``crr.maintain_sql.holding_flipped_sql``)."""
 
 from __future__ import annotations
 

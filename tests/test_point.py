@@ -428,7 +428,7 @@ def test_batch_merges_run_the_documented_statements(view: str, inserts: int, del
     assert writes == {"insert": ["INSERT"], "delete": ["UPDATE"]}
     # the view's APP table: appended to (the append-only path), then deleted from in the statement
     # that writes the deletes' entries (the co-located view's APP DELETE, crr.colocated.app_changes_after;
-    # the join view's tuples have one derivation each: crr.maintain.lost_derivations_sql, in the
+    # the join view's tuples have one derivation each: crr.maintain_sql.lost_derivations_sql, in the
     # replica's UPDATE, Maintainer._lost_derivations_after)
     assert app_writes == {"insert": ["INSERT"], "delete": ["DELETE"]}
     base = crr.Site()

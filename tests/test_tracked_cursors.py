@@ -4,6 +4,7 @@ whichever merge path, the cursor a site answers, the one its file holds and the 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,3 +93,33 @@ def test_a_dropped_relation_forgets_its_stream_in_the_snapshot_too():
     assert (dst.peer_cursor("src", "t"), _file_cursor(dst)) == (0, 0)
     dst.merge(HISTORY[-2], track=True)
     assert dst.execute("SELECT * FROM t ORDER BY k") == [(1, "again"), (2, "B"), (3, "c"), (4, "d")]
+
+
+def test_the_cursor_answered_between_a_merges_commit_and_its_snapshot_is_the_committed_one(monkeypatch):
+    """A reader on another thread asking between a tracked merge's commit and the replacement of the
+    snapshot got the cursor before the merge, older than the one the file held (found by a probe):
+    while a tracked merge runs, the file answers. The reader here runs at that moment."""
+    dst = crr.Site(site_id="dst")
+    dst.execute("CREATE REMOTE TABLE t (k INT, v VARCHAR)")
+    seen = []
+    after = RecordedCursors.after
+
+    def reading(snapshot, wrote):
+        seen.append((dst.peer_cursor("src", "t"), _file_cursor(dst)))  # committed, snapshot not replaced yet
+        return after(snapshot, wrote)
+    monkeypatch.setattr(RecordedCursors, "after", reading)
+    for cs in (HISTORY[0], HISTORY[3], HISTORY[6], HISTORY[7]):  # new rows three times, then a full state held
+        dst.merge(cs, track=True)
+    assert len(seen) >= 4 and all(answered == stored for answered, stored in seen), seen
+    assert seen[-1][1] == HISTORY[7].cursor
+
+
+def test_a_closed_site_refuses_to_answer_a_cursor():
+    """A closed site answered the cursors its last opening wrote (found by a probe), where it refuses
+    every other call."""
+    dst = crr.Site(site_id="dst")
+    dst.execute("CREATE REMOTE TABLE t (k INT, v VARCHAR)")
+    dst.merge(HISTORY[0], track=True)
+    dst.close()
+    with pytest.raises(crr.SiteError, match="closed"):
+        dst.peer_cursor("src", "t")
