@@ -123,7 +123,10 @@ class RecordedCursors:
         """The snapshot once the statements of :meth:`record` committed: ``wrote`` maps each stream
         to whether its statement returned a row and the changeset's cursor. A row written holds that
         cursor; a stream whose statement wrote nothing keeps what it had (an upsert that wrote nothing
-        leaves the snapshot not knowing)."""
+        leaves the snapshot not knowing). The snapshot itself when nothing was written (every
+        untracked merge)."""
+        if not any(written for written, _ in wrote.values()):
+            return self
         cursors = dict(self.cursors)
         for stream, (written, cursor) in wrote.items():
             if written:
