@@ -48,6 +48,16 @@ class ViewQueryError(SqlError, ChangesetError):
     a division by zero of integers); the message names the view. Both a :class:`SqlError` (a refused
     write) and a :class:`ChangesetError` (a refused merge)."""
 
+    @classmethod
+    def on_data(cls, view: str, detail: str) -> ViewQueryError:
+        """The error of ``view``'s query failing on a change's data, ``detail`` the engine's own words
+        (one line), with what to do: the same text on both backends."""
+        return cls(f"view {view} cannot be maintained: its query fails on the changed data ({detail}); "
+                   f"nothing was changed. Write values the query accepts, or declare the view with "
+                   f"expressions that cannot fail (TRY_CAST, TRY). A merge derives from the versions its "
+                   f"source overwrote too: if the value was replaced there already, drop the view, merge, "
+                   f"and declare the view again")
+
 
 class SiteError(CrrError):
     """The site file cannot be opened as asked (wrong site id, closed site, newer storage format)."""

@@ -36,8 +36,9 @@ form. Statements touch only the rows of the batch and the rows they join with.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 
@@ -54,7 +55,7 @@ from crr.arrow_result import arrow_rows, bool_column
 from crr.arrow_slots import ArrowSlots
 from crr.catalog import Catalog, Relation, SiteFlag, flag_set_sql, orphans_update_sql
 from crr.cte import CteWrite, cte_values, returning_then_sql
-from crr.errors import ViewQueryError
+from crr.errors import ViewQueryError, first_line
 from crr.id_sets import all_in, distinct_ids, id_storage, ids_sql, index_in, listed_ids
 from crr.causal import (CL, EntryHome, ListedIds, LocalEntries, ReceivedEntries, cl_merge_sql, cl_update_sql,
                         NewEntryProbe, first_entries_insert_sql, local_cl_merge_sql, local_flips_sql, present_key_versions_sql,
@@ -205,17 +206,38 @@ def view_query_failed(error: BaseException) -> bool:
             and "crr: " not in str(error))
 
 
+_AUG_SOURCE_COLUMN = re.compile(r"\bsource column (c[0-9]+)\b")
+
+
+def view_inputs(rels: Mapping[str, Relation], view: Relation) -> list[Relation]:
+    """The relations ``view``'s query reads, as the catalog ``rels`` holds them (none for a view
+    without a plan)."""
+    return [rels[name] for name in (view.plan.inputs if view.plan is not None else ()) if name in rels]
+
+
+def in_user_words(detail: str, inputs: Sequence[Relation]) -> str:
+    """DuckDB's error ``detail`` as its first line, with the AUG column a failed cast names (``source
+    column c1``: AUG tables name user columns by position) given as the user's (``v of t``), of each
+    of the view's ``inputs`` that has a column there."""
+    def named(match: re.Match[str]) -> str:
+        position = int(match.group(1)[1:])
+        names = dict.fromkeys(f"{rel.column_names[position]} of {rel.name}"
+                              for rel in inputs if position < len(rel.column_names))
+        return f"source column {' or '.join(names)}" if names else match.group(0)
+    return _AUG_SOURCE_COLUMN.sub(named, first_line(detail))
+
+
 @contextmanager
-def view_errors(view: str) -> Iterator[None]:
+def view_errors(view: str, inputs: Sequence[Relation] = ()) -> Iterator[None]:
     """A view's query failing on the batch's data (:func:`view_query_failed`) is a
-    :class:`~crr.errors.ViewQueryError` naming the view; other errors pass on."""
+    :class:`~crr.errors.ViewQueryError` naming the view (``inputs``: the relations it reads, whose
+    column names the message gives for the AUG ones DuckDB's quotes); other errors pass on."""
     try:
         yield
     except duckdb.Error as e:
         if not view_query_failed(e):
             raise
-        raise ViewQueryError(f"view {view} cannot be maintained: its query fails on the changed data "
-                       f"({str(e).strip()}); nothing was changed") from None
+        raise ViewQueryError.on_data(view, in_user_words(str(e), inputs)) from None
 
 
 class Maintainer:
@@ -315,21 +337,21 @@ class Maintainer:
             for rel, rows in batch.base.items():
                 self._merge_base(self.rels[rel], rows, batch.local_write)
         for part in batch.colocated:
-            with view_errors(part.view):
+            with view_errors(part.view, view_inputs(self.rels, self.rels[part.view])):
                 self._apply_colocated(part)
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], rows_sql(self.rels[rel], tuples),
                                  rows_sql(self.rels[rel], monos) if monos is not None else None)
         for name in view_order:
             if not self.rels[name].colocated and name not in self.maintained:  # _apply_colocated, _merge_replica
-                with view_errors(name):
+                with view_errors(name, view_inputs(self.rels, self.rels[name])):
                     self._run_view(self.rels[name])
         for rel in self.rels.values():
             if rel.is_base:
                 if batch.applied_flips is None:
                     self._patch_base(rel)
             elif rel.has_app and not rel.colocated and rel.name not in self.maintained:
-                with view_errors(rel.name):
+                with view_errors(rel.name, view_inputs(self.rels, rel)):
                     self._refresh_derived(rel)
         return self.result
 

@@ -341,3 +341,32 @@ def test_a_view_failing_on_a_deleted_version_refuses_merges_until_declared_again
     c.merge(a.changes(relations=["t"]), track=True)
     c.execute("CREATE MATERIALIZED VIEW tv AS SELECT id, TRY_CAST(v AS INT) AS n FROM t")
     assert c.execute("SELECT * FROM tv ORDER BY id") == [(1, 5), (2, 9)]
+
+
+def test_a_view_query_error_names_the_users_columns_and_says_what_to_do():
+    """A view's query failing names the column DuckDB quotes by its AUG name (``source column c1``)
+    as the user's, of each input with a column there, gives DuckDB's first line only (the lines after
+    it quote crr's delta plan), and says what to do, for a local write and for a merge."""
+    a = crr.Site(site_id="a")
+    a.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    a.execute("CREATE MATERIALIZED VIEW n AS SELECT k, CAST(v AS INTEGER) AS i FROM t")
+    with pytest.raises(crr.ViewQueryError) as written:
+        a.execute("INSERT INTO t VALUES (1, 'x')")
+    a.execute("CREATE REPLICATED TABLE s (k INTEGER, w VARCHAR)")
+    b = crr.Site(site_id="b")
+    b.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    b.execute("CREATE REMOTE TABLE s (k INTEGER, w VARCHAR)")
+    b.execute("CREATE MATERIALIZED VIEW j AS SELECT t.k, CAST(s.w AS INTEGER) AS i FROM t JOIN s ON t.k = s.k")
+    a.execute("DROP MATERIALIZED VIEW n")
+    a.execute("INSERT INTO t VALUES (1, 'x')")
+    a.execute("INSERT INTO s VALUES (1, 'y')")
+    with pytest.raises(crr.ViewQueryError) as merged:
+        b.merge(a.changes())
+    for refused, column, view in ((written, "source column v of t", "view n"),
+                                  (merged, "source column v of t or w of s", "view j")):
+        message = str(refused.value)
+        assert message.startswith(f"{view} cannot be maintained: its query fails on the changed data "
+                                  f"(Conversion Error: Could not convert string ")
+        assert f"{column});" in message and "\n" not in message and "LINE" not in message
+        assert "TRY_CAST" in message and "drop the view, merge, and declare the view again" in message
+    assert app(a, "t") == [(1, "x")] and app(b, "j") == [] and app(b, "t") == []

@@ -107,8 +107,7 @@ def view_errors(view: str) -> Iterator[None]:
             raise
         first = first_line(e)
         if type(e).__name__ in _DATA_ERRORS:
-            raise ViewQueryError(f"view {view} cannot be maintained: its query fails on the changed data "
-                                 f"({first}); nothing was changed") from None
+            raise ViewQueryError.on_data(view, first) from None
         raise SqlError(f"view {view} cannot be maintained: {first}; nothing was changed") from None
 
 
