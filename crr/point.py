@@ -399,8 +399,9 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
-    its integer column's range and a ``bool`` for BOOLEAN are taken, whether a parameter or a
-    literal (other values and types run the statement, which also refuses what DuckDB cannot cast)."""
+    its integer column's range, a ``bool`` for BOOLEAN and a ``float`` for DOUBLE are taken, whether a
+    parameter or a literal (a float literal is none: sql/dml.py reads it as no :class:`Constant`;
+    other values and types run the statement, which also refuses what DuckDB cannot cast)."""
     params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None
@@ -421,11 +422,12 @@ _NOT_SIMPLE = object()
 
 def texts_writable(columns: Sequence[Column]) -> bool:
     """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: VARCHAR,
-    BOOLEAN and the integers Arrow gives Python as ``int`` (up to 64 bits; a 128-bit integer
+    BOOLEAN, DOUBLE and the integers Arrow gives Python as ``int`` (up to 64 bits; a 128-bit integer
     arrives as 16 bytes). A value of another type, such as a date Python cannot hold, is then never
     read into Python."""
     return all(type_family(col.type) in (TypeFamily.STRING, TypeFamily.BOOLEAN)
-               or col.type.upper().strip() in _INT64_TYPES for col in columns)
+               or col.type.upper().strip() in _INT64_TYPES or col.type.upper().strip() == "DOUBLE"
+               for col in columns)
 
 
 _INT64_TYPES = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
@@ -451,7 +453,18 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return str(value) if lo <= value <= hi else _NOT_SIMPLE
     if type(value) is bool and family is TypeFamily.BOOLEAN:
         return "true" if value else "false"
+    if type(value) is float and duckdb_type.upper().strip() == "DOUBLE":
+        return _double_text(value)
     return _NOT_SIMPLE
+
+
+def _double_text(value: float) -> str:
+    """DuckDB's text of the DOUBLE a site stores for ``value`` (:func:`crr.types.value_text_sql`): a
+    zero as ``0.0`` and a NaN as ``nan`` (:func:`crr.types.stored_value_sql`; Python writes a NaN of
+    either sign so), any other value as Python's ``repr``, the shortest text that reads back as the
+    same double, which DuckDB writes too (``1e+16``, ``5e-324``, ``inf``; tuple ids rely on it
+    already, :mod:`crr.types`)."""
+    return "0.0" if value == 0 else repr(value)
 
 
 # -- the write ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import struct
 from typing import Any, Callable
 
 import duckdb
@@ -110,7 +111,8 @@ def _literal(value: Any) -> str:
 _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                       st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
 _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
-            "BOOLEAN": st.booleans(), "DOUBLE": st.floats(allow_nan=False, allow_infinity=False)}
+            "BOOLEAN": st.booleans(), "DOUBLE": st.floats()}
+_NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
 
 def _cell(type_: str) -> st.SearchStrategy:
@@ -122,6 +124,8 @@ def _cell(type_: str) -> st.SearchStrategy:
 @given(st.lists(st.sampled_from(LITERAL_TYPES).flatmap(_cell), min_size=1, max_size=4))
 @example([("INTEGER", -5, False), ("VARCHAR", " it's ", False), ("BOOLEAN", False, False), ("VARCHAR", "p", True)])
 @example([("BIGINT", 2**63 - 1, False), ("TINYINT", 300, False)])
+@example([("DOUBLE", -0.0, True), ("DOUBLE", _NEGATIVE_NAN, True), ("DOUBLE", 1e16, True), ("DOUBLE", 5e-324, True)])
+@example([("DOUBLE", float("-inf"), True), ("DOUBLE", 0.1, True), ("DOUBLE", 2.0**70, True), ("INTEGER", 2.5, True)])
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
     """:func:`crr.point.param_texts` reads literals of an INSERT's VALUES too (crr.sql.dml.Constant):
     a literal it took as another value than DuckDB does (a string's quotes, a negative number) gives
@@ -144,8 +148,36 @@ def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_wri
         except crr.CrrError as e:
             outcomes.append(type(e).__name__)
             continue
-        outcomes.append((site.execute("SELECT * FROM t"), site.provenance("t")))
+        outcomes.append(_bits((site.execute("SELECT * FROM t"), site.provenance("t"))))
     assert outcomes[0] == outcomes[1], (sql, params)
+
+
+def _bits(value: Any) -> Any:
+    """``value`` with each float as its bit pattern, so NaNs compare (and the signs of zeros count)."""
+    if isinstance(value, float):
+        return struct.pack("<d", value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_bits(v) for v in value)
+    if isinstance(value, dict):
+        return {_bits(k): _bits(v) for k, v in value.items()}
+    return value
+
+
+_DOUBLES = st.one_of(st.floats(), st.integers(0, 2**64 - 1).map(lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_DOUBLES, min_size=1, max_size=40))
+@example([0.0, -0.0, _NEGATIVE_NAN, float("nan"), float("inf"), float("-inf"), 5e-324, 1e16, 1e15, 1e-5, 1e-4, 0.1])
+def test_python_writes_duckdbs_text_of_every_double(values: list[float]) -> None:
+    """A DOUBLE parameter's text, as the point path carries it (:func:`crr.types.value_text_sql`:
+    DuckDB's text of the stored value, a zero as 0.0 and a NaN as nan), is Python's: any bit
+    pattern, subnormals, infinities and NaNs of either sign. A text that differed would give the
+    row another tuple id than the rows statement (and another site)."""
+    con = duckdb.connect()
+    con.register("doubles", pa.table({"x": pa.array(values, pa.float64())}))
+    duckdb_texts = [text for (text,) in con.execute(f"SELECT {value_text_sql('x', 'DOUBLE')} FROM doubles").fetchall()]
+    assert [point._param_text("DOUBLE", v) for v in values] == duckdb_texts
 
 
 def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
@@ -337,9 +369,12 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
         return _count(site, sql, params)
 
     # a new key: its entry, tuple and APP row are written unless an entry exists, in one statement
-    # (no lookup); the rows statement reads the DOUBLE's text
-    new_key = warm("INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2.0], [10, "x", 2.0])
+    # (no lookup); the rows statement reads the text of an int given for the DOUBLE
+    new_key = warm("INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2], [10, "x", 2])
     assert len(new_key) == 2 and not lookup(new_key) and len(prepared(new_key, "WITH entries AS")) == 1
+    # a float for it: Python writes its text (crr.point._double_text), one statement
+    double = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [5, "d", 0.1])
+    assert len(double) == 1 and prepared(double, "WITH entries AS")
     # values Python writes as DuckDB's text (crr.point.param_texts): no rows statement
     given = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])
     assert len(given) == 1 and prepared(given, "WITH entries AS")  # prepared for new_key
@@ -359,7 +394,7 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     # entry is updated and no tuple is added
     back = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0])
     written = [s for s in back if s.startswith("PREPARE ") or "part0" in s]
-    assert len([s for s in back if not s.startswith("PREPARE ")]) == 4 and len(lookup(back)) == 1
+    assert len([s for s in back if not s.startswith("PREPARE ")]) == 3 and len(lookup(back)) == 1
     assert written and not [s for s in written if '"t$t"' in s]
     assert not any("TEMP TABLE" in s.upper() for s in _count(site, "UPDATE t SET v = 'z' WHERE k = 0", []))
     # deleted again, then new values: keyed, a new version of a key whose versions are all deleted,
@@ -367,7 +402,7 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 1
     renewed = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [1, "n"])
     assert len(renewed) == 1 and prepared(renewed, "WITH entries AS")
-    assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "n", None), (3, "it's", None)]
+    assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "n", None), (3, "it's", None), (5, "d", 0.1)]
 
 
 def test_a_large_write_takes_the_batch_path_and_a_small_one_maintains_the_views() -> None:
