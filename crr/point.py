@@ -47,6 +47,8 @@ or one built like it (:func:`new_rows_writes_sql`), as :mod:`crr.point_merge` de
 
 from __future__ import annotations
 
+import datetime
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -399,8 +401,9 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
-    its integer column's range, a ``bool`` for BOOLEAN and a ``float`` for DOUBLE are taken, whether a
-    parameter or a literal (a float literal is none: sql/dml.py reads it as no :class:`Constant`;
+    its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE, a ``date`` for DATE, a
+    naive ``datetime`` for TIMESTAMP and a ``uuid.UUID`` for UUID are taken (exactly those classes,
+    no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is none: sql/dml.py reads it as no :class:`Constant`;
     other values and types run the statement, which also refuses what DuckDB cannot cast)."""
     params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
@@ -455,7 +458,20 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return "true" if value else "false"
     if type(value) is float and duckdb_type.upper().strip() == "DOUBLE":
         return _double_text(value)
+    if type(value) is datetime.date and family is TypeFamily.DATE:
+        return value.isoformat()  # DuckDB's too, years 1-9999 (all Python holds)
+    if type(value) is datetime.datetime and value.tzinfo is None and family is TypeFamily.TIMESTAMP:
+        return _timestamp_text(value)
+    if type(value) is uuid.UUID and family is TypeFamily.UUID:
+        return str(value)  # lower case, hyphenated, as DuckDB writes a UUID
     return _NOT_SIMPLE
+
+
+def _timestamp_text(value: datetime.datetime) -> str:
+    """DuckDB's text of a TIMESTAMP holding the naive ``value``: ISO with a space, and the fraction of
+    a second without its trailing zeros (``12:00:00.5``), none when it is zero."""
+    text = value.replace(microsecond=0).isoformat(sep=" ")
+    return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
 
 
 def _double_text(value: float) -> str:

@@ -4,8 +4,10 @@ number of statements a write runs (the figures crr/point.py documents)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 import struct
+import uuid
 from typing import Any, Callable
 
 import duckdb
@@ -94,7 +96,7 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
     assert taken  # some values do take the Python path
 
 
-LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE"]
+LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "DATE", "TIMESTAMP", "UUID"]
 
 
 def _literal(value: Any) -> str:
@@ -103,6 +105,8 @@ def _literal(value: Any) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    if isinstance(value, (datetime.date, uuid.UUID)):  # as a string: DuckDB casts it to the column's type
+        value = str(value)
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     return repr(value)
@@ -111,7 +115,8 @@ def _literal(value: Any) -> str:
 _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                       st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
 _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
-            "BOOLEAN": st.booleans(), "DOUBLE": st.floats()}
+            "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "DATE": st.dates(),
+            "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids()}
 _NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
 
@@ -126,6 +131,9 @@ def _cell(type_: str) -> st.SearchStrategy:
 @example([("BIGINT", 2**63 - 1, False), ("TINYINT", 300, False)])
 @example([("DOUBLE", -0.0, True), ("DOUBLE", _NEGATIVE_NAN, True), ("DOUBLE", 1e16, True), ("DOUBLE", 5e-324, True)])
 @example([("DOUBLE", float("-inf"), True), ("DOUBLE", 0.1, True), ("DOUBLE", 2.0**70, True), ("INTEGER", 2.5, True)])
+@example([("TIMESTAMP", datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone(datetime.timedelta(hours=1))), True),
+          ("TIMESTAMP", datetime.datetime(2024, 1, 1, 12, 0, 0, 250), True)])
+@example([("DATE", datetime.datetime(2024, 1, 2, 3), True)])  # a datetime for a DATE: the rows statement
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
     """:func:`crr.point.param_texts` reads literals of an INSERT's VALUES too (crr.sql.dml.Constant):
     a literal it took as another value than DuckDB does (a string's quotes, a negative number) gives
@@ -178,6 +186,25 @@ def test_python_writes_duckdbs_text_of_every_double(values: list[float]) -> None
     con.register("doubles", pa.table({"x": pa.array(values, pa.float64())}))
     duckdb_texts = [text for (text,) in con.execute(f"SELECT {value_text_sql('x', 'DOUBLE')} FROM doubles").fetchall()]
     assert [point._param_text("DOUBLE", v) for v in values] == duckdb_texts
+
+
+_TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "UUID": st.uuids()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(sorted(_TEMPORAL)).flatmap(lambda t: st.tuples(st.just(t), st.lists(_TEMPORAL[t], min_size=1, max_size=30))))
+@example(("TIMESTAMP", [datetime.datetime(2024, 1, 1, 12), datetime.datetime(1, 1, 1, 0, 0, 0, 500000),
+                        datetime.datetime(9999, 12, 31, 23, 59, 59, 999999), datetime.datetime(999, 5, 5, 0, 0, 0, 120)]))
+@example(("DATE", [datetime.date(1, 1, 1), datetime.date(999, 12, 31), datetime.date(9999, 12, 31)]))
+def test_python_writes_duckdbs_text_of_dates_timestamps_and_uuids(case: tuple[str, list]) -> None:
+    """A DATE, TIMESTAMP (a naive datetime) or UUID parameter's text as Python writes it is DuckDB's
+    text of the value the parameter binds to (the rows statement's): years 1-9999, fractions of a
+    second with trailing zeros dropped, any UUID."""
+    duckdb_type, values = case
+    con = duckdb.connect()
+    texts = con.execute(f"SELECT {value_text_sql('x', duckdb_type)} FROM (SELECT unnest(?::{duckdb_type}[]) AS x)",
+                        [values]).fetchall()
+    assert [point._param_text(duckdb_type, v) for v in values] == [text for (text,) in texts]
 
 
 def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
