@@ -23,7 +23,7 @@ from crr.changeset import Changeset
 from crr.types import Column, tuple_id_sql
 from tests.conftest import app, general_merges
 from tests.test_crafted import edit
-from tests.test_point import _expanded, _statements
+from tests.test_point import _NEGATIVE_NAN, _bits, _expanded, _statements
 from tests.test_point_views import OPS, PROPERTY_VIEWS, VIEWS, _state
 
 @pytest.fixture(autouse=True, scope="module")
@@ -436,3 +436,25 @@ def test_a_tracked_changeset_that_leaves_a_gap_does_not_move_the_cursor(rows: in
     fresh.execute("CREATE REPLICATED TABLE g (k INTEGER, v VARCHAR)")
     fresh.merge(src.changes(since=middle), track=True)  # no cursor yet: one from 0 is needed
     assert fresh.peer_cursor("src", "g") == 0
+
+
+def test_a_table_of_doubles_merges_by_the_point_route_as_by_the_general_path():
+    """A DOUBLE column's values reach the point route as Python floats, whose texts Python writes
+    (crr.point._double_text): zeros of either sign, NaNs, infinities and subnormals leave every
+    table as the general path does, and the statement is the prepared one."""
+    src, fused, general = crr.Site(site_id="src"), crr.Site(site_id="dst"), crr.Site(site_id="dst")
+    for site in (src, fused, general):  # a replicated table at each: the receivers take src's replica
+        site.execute("CREATE REPLICATED TABLE g (k INTEGER PRIMARY KEY, f DOUBLE)")
+        site.execute("CREATE MATERIALIZED VIEW gf AS SELECT f FROM g")
+    src.execute("INSERT INTO g VALUES (0, 1.0)")
+    warm = src.changes().to_bytes()
+    for site in (fused, general):
+        site.merge(warm, track=True)  # the receivers learn the columns and the view's widths
+    for k, value in enumerate([-0.0, _NEGATIVE_NAN, float("inf"), 5e-324, 0.1, 1e16, 2.0**70], start=1):
+        cs = _written(src, "INSERT INTO g VALUES (?, ?)", [k, value])
+        ran = _merge_statements(fused, cs)
+        assert len(ran) == 1 and ran[0].startswith("EXECUTE: "), ran
+        with _general_path():
+            general.merge(cs.to_bytes(), track=True)
+    assert _bits(_everything(fused)) == _bits(_everything(general))  # NaNs compared by their bits
+    assert _bits(app(fused, "g")) == _bits(app(src, "g")) and len(app(fused, "gf")) == 8
