@@ -424,11 +424,12 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     assert len([s for s in back if not s.startswith("PREPARE ")]) == 3 and len(lookup(back)) == 1
     assert written and not [s for s in written if '"t$t"' in s]
     assert not any("TEMP TABLE" in s.upper() for s in _count(site, "UPDATE t SET v = 'z' WHERE k = 0", []))
-    # deleted again, then new values: keyed, a new version of a key whose versions are all deleted,
-    # unkeyed, a new tuple: rows new to the site either way, one statement
+    # deleted again, then new values: unkeyed, a new tuple, one statement; keyed, a new version of
+    # a key with (deleted) versions: the one statement writes nothing, then the lookup and the write
     assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 1
     renewed = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [1, "n"])
-    assert len(renewed) == 1 and prepared(renewed, "WITH entries AS")
+    renewed = [s for s in renewed if not s.startswith("PREPARE ")]  # the write's shape, new here
+    assert len(renewed) == (3 if "PRIMARY KEY" in schema else 1) and prepared(renewed, "WITH entries AS")
     assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "n", None), (3, "it's", None), (5, "d", 0.1)]
 
 

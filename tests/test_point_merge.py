@@ -182,24 +182,6 @@ def test_its_result_and_state_are_the_general_paths(route: str):
     assert _everything(fused) == _everything(general)
 
 
-@pytest.mark.parametrize("route", ROUTES)
-def test_a_new_version_of_a_key_whose_versions_are_deleted_is_one_statement(route: str):
-    """A key's deleted versions stay invisible beside a new one (visibility is decided among present
-    versions), so a new version of a key the receiver holds only deleted versions of is rows new
-    to the site: the point route writes it in one statement, leaving what the general path leaves.
-    The batch route still leaves any key with an entry to the general path."""
-    src, fused, general = _trio()
-    for sql, params in [("DELETE FROM t WHERE k = ?", [100]), ("INSERT INTO t VALUES (?, ?)", [100, "again"])]:
-        cs = _written(src, sql, params)
-        with _route(route):
-            ran = _merge_statements(fused, cs)
-        with _general_path():
-            general.merge(cs.to_bytes(), track=True)
-    assert (len(ran) == 1) == (route == "point"), ran
-    assert _everything(fused) == _everything(general)
-    assert app(fused, "t") == [(100, "again")] and app(fused, "p") == [("again",)]
-
-
 def _rival_versions(src: crr.Site) -> bytes:
     """An honest changeset holding two versions of key 1 of t (``src`` merged another site's)."""
     other = _declared("other")
@@ -339,7 +321,9 @@ def test_a_view_failing_on_the_merged_rows_is_named_and_nothing_is_written(route
 def test_merges_the_one_statement_does_not_cover_take_the_general_path(monkeypatch):
     src, dst = _pair()
     for sql, params in [("UPDATE t SET v = ? WHERE k = ?", ["z", 100]), ("DELETE FROM t WHERE k = ?", [100]),
-                        ("INSERT INTO t VALUES (?, ?)", [100, "z"])]:  # the deleted version back: length 3
+                        ("INSERT INTO t VALUES (?, ?)", [100, "again"]),  # a new version of a deleted key
+                        ("DELETE FROM t WHERE k = ?", [100]),
+                        ("INSERT INTO t VALUES (?, ?)", [100, "z"])]:  # a deleted version back: length 3
         ran = _merge_statements(dst, _written(src, sql, params))
         assert len(ran) > 1, (sql, ran)
     before = src.cursor
