@@ -401,8 +401,9 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
     its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE, a ``date`` for DATE, a
     naive ``datetime`` for TIMESTAMP and a ``uuid.UUID`` for UUID are taken (exactly those classes,
-    no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is none: sql/dml.py reads it as no :class:`Constant`;
-    other values and types run the statement, which also refuses what DuckDB cannot cast)."""
+    no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is
+    none: :func:`crr.sql.dml._constant` reads no :class:`Constant` of it; other values and types run
+    the statement, which also refuses what DuckDB cannot cast)."""
     params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None

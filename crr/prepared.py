@@ -6,8 +6,8 @@ optimizing the statement cost more than running it. A statement prepared once ru
 (a statement with parameters is planned when their values are known, and one reading a table is
 planned anew even without parameters: stop 62, DuckDB's profiler), so the gain is the parsing's
 share: about 0.3 ms of the point path's 2.4 ms new-rows INSERT and 0.6 ms of an UPDATE's write
-statement, measured side by side (the rows and lookup SELECTs gained nothing, and are not prepared). DuckDB takes no
-parameters in an ``EXECUTE``, so the values are written into it as literals: :func:`literal`
+statement, measured side by side (the rows and lookup SELECTs gained nothing, and are not
+prepared). DuckDB takes no parameters in an ``EXECUTE``, so the values are written into it as literals: :func:`literal`
 renders the kinds of value the point path passes (integers it computed, booleans, NULL, and
 DuckDB's own text of a value, which the prepared statement casts back, or an application's
 parameter of those kinds); a statement with any other value runs unprepared.
