@@ -209,10 +209,11 @@ def view_query_failed(error: BaseException) -> bool:
 _AUG_SOURCE_COLUMN = re.compile(r"\bsource column (c[0-9]+)\b")
 
 
-def view_inputs(rels: Mapping[str, Relation], view: Relation) -> list[Relation]:
-    """The relations ``view``'s query reads, as the catalog ``rels`` holds them (none for a view
-    without a plan)."""
-    return [rels[name] for name in (view.plan.inputs if view.plan is not None else ()) if name in rels]
+def _view_inputs(rels: Mapping[str, Relation], view: str) -> list[Relation]:
+    """The relations the query of ``view`` reads, as the catalog ``rels`` holds them (none for a
+    relation without a plan, or one ``rels`` lacks)."""
+    plan = rels[view].plan if view in rels else None
+    return [rels[name] for name in (plan.inputs if plan is not None else ()) if name in rels]
 
 
 def in_user_words(detail: str, inputs: Sequence[Relation]) -> str:
@@ -228,15 +229,17 @@ def in_user_words(detail: str, inputs: Sequence[Relation]) -> str:
 
 
 @contextmanager
-def view_errors(view: str, inputs: Sequence[Relation] = ()) -> Iterator[None]:
+def view_errors(view: str, rels: Mapping[str, Relation] | None = None) -> Iterator[None]:
     """A view's query failing on the batch's data (:func:`view_query_failed`) is a
-    :class:`~crr.errors.ViewQueryError` naming the view (``inputs``: the relations it reads, whose
-    column names the message gives for the AUG ones DuckDB's quotes); other errors pass on."""
+    :class:`~crr.errors.ViewQueryError` naming the view (``rels``: the catalog, whose columns of the
+    relations the view reads the message gives for the AUG ones DuckDB's quotes, looked up only
+    then); other errors pass on."""
     try:
         yield
     except duckdb.Error as e:
         if not view_query_failed(e):
             raise
+        inputs = _view_inputs(rels, view) if rels is not None else []
         raise ViewQueryError.on_data(view, in_user_words(str(e), inputs)) from None
 
 
@@ -337,21 +340,21 @@ class Maintainer:
             for rel, rows in batch.base.items():
                 self._merge_base(self.rels[rel], rows, batch.local_write)
         for part in batch.colocated:
-            with view_errors(part.view, view_inputs(self.rels, self.rels[part.view])):
+            with view_errors(part.view, self.rels):
                 self._apply_colocated(part)
         for rel, (tuples, monos) in batch.derived.items():
             self._merge_received(self.rels[rel], rows_sql(self.rels[rel], tuples),
                                  rows_sql(self.rels[rel], monos) if monos is not None else None)
         for name in view_order:
             if not self.rels[name].colocated and name not in self.maintained:  # _apply_colocated, _merge_replica
-                with view_errors(name, view_inputs(self.rels, self.rels[name])):
+                with view_errors(name, self.rels):
                     self._run_view(self.rels[name])
         for rel in self.rels.values():
             if rel.is_base:
                 if batch.applied_flips is None:
                     self._patch_base(rel)
             elif rel.has_app and not rel.colocated and rel.name not in self.maintained:
-                with view_errors(rel.name, view_inputs(self.rels, rel)):
+                with view_errors(rel.name, self.rels):
                     self._refresh_derived(rel)
         return self.result
 

@@ -23,7 +23,7 @@ from crr.catalog import (APP_TABLE_EXISTS_SQL, NEXT_POSITION_SQL, RELATION_DELET
                          kind_text, stand_in_drop_sql, stand_in_view_sql)
 from crr.causal import relation_entries_delete_sql
 from crr.errors import CatalogError, SqlError, UnsupportedSqlError
-from crr.maintain import view_errors, view_inputs
+from crr.maintain import view_errors
 from crr.site_dml import run_other
 from crr.site_state import SiteState, translated_errors
 from crr.sql.compile import compile_view
@@ -154,7 +154,7 @@ def create_view(state: SiteState, stmt: CreateView) -> list[tuple]:
         _populate(state, rel)
         empty_row = aggregate_empty_view_sql(spec) if spec is not None else None
         if empty_row is not None:
-            with view_errors(rel.name, view_inputs(state.rels, rel)):  # over no rows the query may fail (10 // count(*))
+            with view_errors(rel.name, state.rels):  # over no rows the query may fail (10 // count(*))
                 state.con.execute(empty_row)
         state.save_counters()
     return []
@@ -238,7 +238,7 @@ def _populate(state: SiteState, view: Relation) -> None:
     """Fill a new view from the current AUG state of its inputs."""
     m = state.maintainer()
     try:
-        with view_errors(view.name, view_inputs(state.rels, view)):  # the query failing on the data held
+        with view_errors(view.name, state.rels):  # the query failing on the data held
             m.populate(view)
     except BaseException:
         m.release()  # the transaction rolls back, its temp tables with it
