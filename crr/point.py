@@ -428,11 +428,11 @@ def texts_writable(columns: Sequence[Column]) -> bool:
     arrives as 16 bytes). A value of another type, such as a date Python cannot hold, is then never
     read into Python."""
     return all(type_family(col.type) in (TypeFamily.STRING, TypeFamily.BOOLEAN)
-               or col.type.upper().strip() in _INT64_TYPES or col.type.upper().strip() == "DOUBLE"
-               for col in columns)
+               or col.type.upper().strip() in _ARROW_PYTHON_TYPES for col in columns)
 
 
-_INT64_TYPES = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
+# the numeric types whose Arrow values Python holds exactly: integers up to 64 bits, and DOUBLE
+_ARROW_PYTHON_TYPES = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64) | {"DOUBLE"}
 
 
 def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:
