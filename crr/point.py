@@ -48,6 +48,7 @@ or one built like it (:func:`new_rows_writes_sql`), as :mod:`crr.point_merge` de
 from __future__ import annotations
 
 import datetime
+import struct
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -399,7 +400,7 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
-    its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE, a ``date`` for DATE, a
+    its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date`` for DATE, a
     naive ``datetime`` for TIMESTAMP and a ``uuid.UUID`` for UUID are taken (exactly those classes,
     no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is
     none: :func:`crr.sql.dml._constant` reads no :class:`Constant` of it; other values and types run
@@ -423,16 +424,18 @@ _NOT_SIMPLE = object()
 
 
 def texts_writable(columns: Sequence[Column]) -> bool:
-    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: VARCHAR,
-    BOOLEAN, DOUBLE and the integers Arrow gives Python as ``int`` (up to 64 bits; a 128-bit integer
-    arrives as 16 bytes). A value of another type, such as a date Python cannot hold, is then never
-    read into Python."""
-    return all(type_family(col.type) in (TypeFamily.STRING, TypeFamily.BOOLEAN)
-               or col.type.upper().strip() in _ARROW_PYTHON_TYPES for col in columns)
+    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: the types
+    whose Arrow values Python holds as the class :func:`param_texts` takes (VARCHAR, BOOLEAN, FLOAT,
+    DOUBLE, DATE, TIMESTAMP, UUID, and integers up to 64 bits; a 128-bit integer arrives as 16
+    bytes). A date or timestamp outside Python's years 1-9999 (``infinity`` too) fails to convert:
+    the reader then takes another path."""
+    return all(type_family(col.type) in _ARROW_PYTHON_FAMILIES or col.type.upper().strip() in _ARROW_PYTHON_INTEGERS
+               for col in columns)
 
 
-# the numeric types whose Arrow values Python holds exactly: integers up to 64 bits, and DOUBLE
-_ARROW_PYTHON_TYPES = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64) | {"DOUBLE"}
+_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT, TypeFamily.DATE,
+                                    TypeFamily.TIMESTAMP, TypeFamily.UUID})
+_ARROW_PYTHON_INTEGERS = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
 
 
 def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:
@@ -455,8 +458,8 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return str(value) if lo <= value <= hi else _NOT_SIMPLE
     if type(value) is bool and family is TypeFamily.BOOLEAN:
         return "true" if value else "false"
-    if type(value) is float and duckdb_type.upper().strip() == "DOUBLE":
-        return _double_text(value)
+    if type(value) is float and family is TypeFamily.FLOAT:
+        return _float_text(duckdb_type, value)
     if type(value) is datetime.date and family is TypeFamily.DATE:
         return value.isoformat()  # DuckDB's too, years 1-9999 (all Python holds)
     if type(value) is datetime.datetime and value.tzinfo is None and family is TypeFamily.TIMESTAMP:
@@ -471,6 +474,23 @@ def _timestamp_text(value: datetime.datetime) -> str:
     a second without its trailing zeros (``12:00:00.5``), none when it is zero."""
     text = value.replace(microsecond=0).isoformat(sep=" ")
     return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+
+
+def _float_text(duckdb_type: str, value: float) -> object:
+    """DuckDB's text of the FLOAT or DOUBLE a site stores for ``value``: a FLOAT's is the text of the
+    double its single-precision value widens to (:func:`crr.types.value_text_sql`), rounded as
+    DuckDB's cast rounds (to nearest, ties to even: struct's ``f`` packing rounds alike, and refuses
+    alike a finite value that rounds past the largest float, which is ``_NOT_SIMPLE`` here, so the
+    statement runs and DuckDB's error says so)."""
+    if duckdb_type.upper().strip() == "FLOAT":
+        try:
+            (value,) = _SINGLE.unpack(_SINGLE.pack(value))
+        except OverflowError:
+            return _NOT_SIMPLE
+    return _double_text(value)
+
+
+_SINGLE = struct.Struct("<f")
 
 
 def _double_text(value: float) -> str:

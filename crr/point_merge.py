@@ -88,7 +88,10 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
         id_storage(cs.cl.column("kh")).to_pylist(), id_storage(cs.cl.column("stamp")).to_pylist())}
     if len(entries) != cs.cl.num_rows:
         return None  # an id twice: the general path refuses it
-    values = [rc.tuples.column(c.name).to_pylist() for c in rel.aug_columns]
+    try:
+        values = [rc.tuples.column(c.name).to_pylist() for c in rel.aug_columns]
+    except OverflowError:
+        return None  # a date or timestamp Python cannot hold (a year past 9999, infinity): the general path
     not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
     key_at = key_positions(rel)
     latest = max_stamp(max_clock_skew)

@@ -96,7 +96,7 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
     assert taken  # some values do take the Python path
 
 
-LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "DATE", "TIMESTAMP", "UUID"]
+LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "FLOAT", "DATE", "TIMESTAMP", "UUID"]
 
 
 def _literal(value: Any) -> str:
@@ -115,7 +115,7 @@ def _literal(value: Any) -> str:
 _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
                       st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
 _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
-            "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "DATE": st.dates(),
+            "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "FLOAT": st.floats() | st.floats(width=32), "DATE": st.dates(),
             "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids()}
 _NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
@@ -134,6 +134,8 @@ def _cell(type_: str) -> st.SearchStrategy:
 @example([("TIMESTAMP", datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone(datetime.timedelta(hours=1))), True),
           ("TIMESTAMP", datetime.datetime(2024, 1, 1, 12, 0, 0, 250), True)])
 @example([("DATE", datetime.datetime(2024, 1, 2, 3), True)])  # a datetime for a DATE: the rows statement
+@example([("FLOAT", 0.1, True), ("FLOAT", -1e-46, True), ("FLOAT", 1 + 2**-24, True), ("FLOAT", _NEGATIVE_NAN, True)])
+@example([("FLOAT", 3.4028235677973366e38, True)])  # rounds past the largest float: DuckDB refuses it
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
     """:func:`crr.point.param_texts` reads literals of an INSERT's VALUES too (crr.sql.dml.Constant):
     a literal it took as another value than DuckDB does (a string's quotes, a negative number) gives
@@ -175,17 +177,23 @@ _DOUBLES = st.one_of(st.floats(), st.integers(0, 2**64 - 1).map(lambda bits: str
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_DOUBLES, min_size=1, max_size=40))
-@example([0.0, -0.0, _NEGATIVE_NAN, float("nan"), float("inf"), float("-inf"), 5e-324, 1e16, 1e15, 1e-5, 1e-4, 0.1])
-def test_python_writes_duckdbs_text_of_every_double(values: list[float]) -> None:
-    """A DOUBLE parameter's text, as the point path carries it (:func:`crr.types.value_text_sql`:
-    DuckDB's text of the stored value, a zero as 0.0 and a NaN as nan), is Python's: any bit
-    pattern, subnormals, infinities and NaNs of either sign. A text that differed would give the
-    row another tuple id than the rows statement (and another site)."""
+@given(st.sampled_from(["DOUBLE", "FLOAT"]), st.lists(_DOUBLES, min_size=1, max_size=40))
+@example("DOUBLE", [0.0, -0.0, _NEGATIVE_NAN, float("nan"), float("inf"), float("-inf"), 5e-324, 1e16, 1e15, 1e-5, 1e-4, 0.1])
+@example("FLOAT", [0.0, -1e-46, _NEGATIVE_NAN, float("-inf"), 0.1, 1.4e-45, 7e-46, 3.4028235e38, 3.4028235677973366e38,
+                   1e39, 16777217.0, 1 + 2**-24, 1 + 3 * 2**-24])
+def test_python_writes_duckdbs_text_of_every_double_and_float(duckdb_type: str, values: list[float]) -> None:
+    """A DOUBLE or FLOAT parameter's text, as the point path carries it (:func:`crr.types.value_text_sql`:
+    DuckDB's text of the stored value, a FLOAT widened to a double, a zero as 0.0 and a NaN as nan),
+    is Python's: any bit pattern, subnormals, infinities and NaNs of either sign; for a FLOAT,
+    rounded as DuckDB's cast rounds (ties to even), and none where the cast overflows (the
+    statement then runs, and DuckDB refuses the value). A text that differed would give the row
+    another tuple id than the rows statement (and another site)."""
     con = duckdb.connect()
     con.register("doubles", pa.table({"x": pa.array(values, pa.float64())}))
-    duckdb_texts = [text for (text,) in con.execute(f"SELECT {value_text_sql('x', 'DOUBLE')} FROM doubles").fetchall()]
-    assert [point._param_text("DOUBLE", v) for v in values] == duckdb_texts
+    stored = f"TRY_CAST(x AS {duckdb_type})"  # NULL where the cast overflows
+    duckdb_texts = [text for (text,) in con.execute(f"SELECT {value_text_sql(stored, duckdb_type)} FROM doubles").fetchall()]
+    python_texts = [point._param_text(duckdb_type, v) for v in values]
+    assert [None if text is point._NOT_SIMPLE else text for text in python_texts] == duckdb_texts
 
 
 _TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "UUID": st.uuids()}
