@@ -25,6 +25,7 @@ from crr.counters import largest_seq_sql, largest_stamp_sql
 from crr.errors import CatalogError, CrrError, SiteError, SqlError, first_line
 from crr.merge import MergeResult
 from crr.one_thread import one_thread_at_a_time
+from crr.params import check_bindable
 from crr.prepared import Prepared
 from crr.site_options import check_site_id, clock_skew
 from crr.site_state import SiteState
@@ -319,6 +320,7 @@ class Site:
                            f"parameters), got {type(params).__name__}")
         stmt = self._classify(sql)
         params = list(params) if params is not None and not isinstance(params, dict) else params
+        check_bindable(params)
         if isinstance(stmt, (CreateTable, CreateView, Drop)):
             state.forget_statements()
         if isinstance(stmt, CreateTable):

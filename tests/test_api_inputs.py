@@ -7,8 +7,10 @@ parameters were ignored, ``Site(None)`` created a file named ``None``); found by
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
+import zoneinfo
 from typing import Any, Callable
 
 import duckdb
@@ -30,6 +32,8 @@ def site() -> crr.Site:
     return s
 
 
+_BERLIN_MIDNIGHT = datetime.time(0, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin"))  # no offset without a date
+
 CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
     ("too few parameters", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", [2]), SqlError, "parameters"),
     ("too many parameters", lambda s: s.execute("INSERT INTO t VALUES (?, ?)", [2, "b", "c"]), SqlError, "excess"),
@@ -45,6 +49,11 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
     ("overflow in a query", lambda s: s.execute("SELECT 2147483647::INT + 1"), TypeMismatchError, "Overflow"),
     ("parameter of no SQL type", lambda s: s.execute("INSERT INTO t VALUES (?, 'b')", [object()]), SqlError,
      "Unable to transform"),
+    # DuckDB's client failed on these with an AttributeError
+    ("a time without a UTC offset", lambda s: s.execute("INSERT INTO t VALUES (2, ?)", [_BERLIN_MIDNIGHT]),
+     TypeMismatchError, "parameter 1: datetime.time(0, 0, tzinfo=zoneinfo.ZoneInfo(key='Europe/Berlin')) has a time zone"),
+    ("a time without a UTC offset in a LIST parameter", lambda s: s.execute("SELECT $x", {"x": [[_BERLIN_MIDNIGHT]]}),
+     TypeMismatchError, "parameter x: "),
     ("untokenizable statement", lambda s: s.execute("INSERT INTO t VALUES ($1,$2)", [2, "b"]), crr.CrrError, ""),
     ("rows None", lambda s: s.insert_many("t", None), TypeMismatchError, "list of tuples"),
     ("rows of scalars", lambda s: s.insert_many("t", [1, 2]), TypeMismatchError, "tuple or list"),
