@@ -96,7 +96,8 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
     assert taken  # some values do take the Python path
 
 
-LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "FLOAT", "DATE", "TIMESTAMP", "UUID"]
+LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "FLOAT", "DATE", "TIMESTAMP",
+                 "UUID", "TIME", "BLOB"]
 
 
 def _literal(value: Any) -> str:
@@ -105,8 +106,10 @@ def _literal(value: Any) -> str:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
-    if isinstance(value, (datetime.date, uuid.UUID)):  # as a string: DuckDB casts it to the column's type
+    if isinstance(value, (datetime.date, datetime.time, uuid.UUID)):  # as a string: DuckDB casts it to the column's type
         value = str(value)
+    if isinstance(value, (bytes, bytearray)):  # each byte escaped, as a BLOB column reads a string
+        value = "".join(f"\\x{b:02x}" for b in value)
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     return repr(value)
@@ -116,7 +119,8 @@ _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_
                       st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
 _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
             "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "FLOAT": st.floats() | st.floats(width=32), "DATE": st.dates(),
-            "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids()}
+            "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids(),
+            "TIME": st.times() | st.times(timezones=st.timezones()), "BLOB": st.binary()}
 _NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
 
@@ -136,6 +140,8 @@ def _cell(type_: str) -> st.SearchStrategy:
 @example([("DATE", datetime.datetime(2024, 1, 2, 3), True)])  # a datetime for a DATE: the rows statement
 @example([("FLOAT", 0.1, True), ("FLOAT", -1e-46, True), ("FLOAT", 1 + 2**-24, True), ("FLOAT", _NEGATIVE_NAN, True)])
 @example([("FLOAT", 3.4028235677973366e38, True)])  # rounds past the largest float: DuckDB refuses it
+@example([("TIME", datetime.time(1, 2, 3, 400, tzinfo=datetime.timezone.utc), True), ("BLOB", b"\x00|'", True),
+          ("BLOB", bytearray(b"ab"), True), ("TIME", datetime.time(0), True)])
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
     """:func:`crr.point.param_texts` reads literals of an INSERT's VALUES too (crr.sql.dml.Constant):
     a literal it took as another value than DuckDB does (a string's quotes, a negative number) gives
@@ -196,7 +202,7 @@ def test_python_writes_duckdbs_text_of_every_double_and_float(duckdb_type: str, 
     assert [None if text is point._NOT_SIMPLE else text for text in python_texts] == duckdb_texts
 
 
-_TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "UUID": st.uuids()}
+_TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIME": st.times(), "BLOB": st.binary(), "UUID": st.uuids()}
 
 
 @settings(max_examples=150, deadline=None)
@@ -204,10 +210,12 @@ _TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "UUID": st.uuids()
 @example(("TIMESTAMP", [datetime.datetime(2024, 1, 1, 12), datetime.datetime(1, 1, 1, 0, 0, 0, 500000),
                         datetime.datetime(9999, 12, 31, 23, 59, 59, 999999), datetime.datetime(999, 5, 5, 0, 0, 0, 120)]))
 @example(("DATE", [datetime.date(1, 1, 1), datetime.date(999, 12, 31), datetime.date(9999, 12, 31)]))
-def test_python_writes_duckdbs_text_of_dates_timestamps_and_uuids(case: tuple[str, list]) -> None:
-    """A DATE, TIMESTAMP (a naive datetime) or UUID parameter's text as Python writes it is DuckDB's
-    text of the value the parameter binds to (the rows statement's): years 1-9999, fractions of a
-    second with trailing zeros dropped, any UUID."""
+@example(("TIME", [datetime.time(0), datetime.time(1, 2, 3, 400), datetime.time(23, 59, 59, 999999)]))
+@example(("BLOB", [b"", b"\x00ab", bytes(range(256))]))
+def test_python_writes_duckdbs_text_of_dates_times_blobs_and_uuids(case: tuple[str, list]) -> None:
+    """A DATE, TIMESTAMP (a naive datetime), TIME (a naive time), BLOB or UUID parameter's text as
+    Python writes it is DuckDB's text of the value the parameter binds to (the rows statement's):
+    years 1-9999, fractions of a second with trailing zeros dropped, any bytes, any UUID."""
     duckdb_type, values = case
     con = duckdb.connect()
     texts = con.execute(f"SELECT {value_text_sql('x', duckdb_type)} FROM (SELECT unnest(?::{duckdb_type}[]) AS x)",
