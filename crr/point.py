@@ -401,8 +401,8 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
     its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date``
-    for DATE, a naive ``datetime`` for TIMESTAMP, a naive ``time`` for TIME, ``bytes`` for BLOB and a
-    ``uuid.UUID`` for UUID are taken (exactly those classes,
+    for DATE, a naive ``datetime`` for TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for
+    TIME, ``bytes`` for BLOB and a ``uuid.UUID`` for UUID are taken (exactly those classes,
     no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is
     none: :func:`crr.sql.dml._constant` reads no :class:`Constant` of it; other values and types run
     the statement, which also refuses what DuckDB cannot cast)."""
@@ -427,16 +427,18 @@ _NOT_SIMPLE = object()
 def texts_writable(columns: Sequence[Column]) -> bool:
     """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: the types
     whose Arrow values Python holds as the class :func:`param_texts` takes (VARCHAR, BOOLEAN, FLOAT,
-    DOUBLE, DATE, TIMESTAMP, TIME, BLOB, UUID, and integers up to 64 bits; a 128-bit integer arrives
-    as 16 bytes). A date or timestamp outside Python's years 1-9999 (``infinity`` too) fails to
-    convert, and the reader takes another path; a TIME of ``24:00:00`` arrives as midnight, whose
+    DOUBLE, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BLOB, UUID, and integers up to 64 bits; a 128-bit
+    integer arrives as 16 bytes). A date or timestamp outside Python's years 1-9999 (``infinity``
+    too), or one in a time zone Python does not know, fails to convert, and the reader takes another
+    path; a TIME of ``24:00:00`` arrives as midnight, whose
     text gives another tuple id than the one received, which the reader checks."""
     return all(type_family(col.type) in _ARROW_PYTHON_FAMILIES or col.type.upper().strip() in _ARROW_PYTHON_INTEGERS
                for col in columns)
 
 
 _ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT, TypeFamily.DATE,
-                                    TypeFamily.TIMESTAMP, TypeFamily.TIME, TypeFamily.BLOB, TypeFamily.UUID})
+                                    TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ, TypeFamily.TIME, TypeFamily.BLOB,
+                                    TypeFamily.UUID})
 _ARROW_PYTHON_INTEGERS = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
 
 
@@ -468,6 +470,8 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return _timestamp_text(value)
     if type(value) is uuid.UUID and family is TypeFamily.UUID:
         return str(value)  # lower case, hyphenated, as DuckDB writes a UUID
+    if type(value) is datetime.datetime and family is TypeFamily.TIMESTAMPTZ:
+        return _utc_text(value)
     if type(value) is datetime.time and value.tzinfo is None and family is TypeFamily.TIME:
         return _time_text(value)
     if type(value) is bytes and family is TypeFamily.BLOB:
@@ -480,6 +484,19 @@ def _time_text(value: datetime.time) -> str:
     trailing zeros, none when it is zero (``01:02:03.0004``)."""
     text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
     return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+
+
+def _utc_text(value: datetime.datetime) -> object:
+    """DuckDB's text of a TIMESTAMPTZ holding the aware ``value``, as a site carries it: the UTC
+    wall clock (:func:`crr.types.value_text_sql`). A naive ``value`` is ``_NOT_SIMPLE`` (DuckDB reads
+    it in the session's time zone), as is one whose UTC time falls outside Python's years."""
+    offset = value.utcoffset()
+    if offset is None:
+        return _NOT_SIMPLE
+    try:
+        return _timestamp_text(value.replace(tzinfo=None) - offset)
+    except OverflowError:
+        return _NOT_SIMPLE
 
 
 def _timestamp_text(value: datetime.datetime) -> str:

@@ -90,8 +90,8 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
         return None  # an id twice: the general path refuses it
     try:
         values = [rc.tuples.column(c.name).to_pylist() for c in rel.aug_columns]
-    except OverflowError:
-        return None  # a date or timestamp Python cannot hold (a year past 9999, infinity): the general path
+    except (OverflowError, KeyError):
+        return None  # a date or timestamp Python cannot hold (a year past 9999, infinity), a time zone it does not know
     not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
     key_at = key_positions(rel)
     latest = max_stamp(max_clock_skew)

@@ -8,6 +8,7 @@ import datetime
 import re
 import struct
 import uuid
+import zoneinfo
 from typing import Any, Callable
 
 import duckdb
@@ -97,7 +98,7 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
 
 
 LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "FLOAT", "DATE", "TIMESTAMP",
-                 "UUID", "TIME", "BLOB"]
+                 "TIMESTAMP WITH TIME ZONE", "UUID", "TIME", "BLOB"]
 
 
 def _literal(value: Any) -> str:
@@ -120,7 +121,8 @@ _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_
 _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
             "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "FLOAT": st.floats() | st.floats(width=32), "DATE": st.dates(),
             "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids(),
-            "TIME": st.times() | st.times(timezones=st.timezones()), "BLOB": st.binary()}
+            "TIME": st.times() | st.times(timezones=st.timezones()), "BLOB": st.binary(),
+            "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()) | st.datetimes()}
 _NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
 
@@ -140,6 +142,9 @@ def _cell(type_: str) -> st.SearchStrategy:
 @example([("DATE", datetime.datetime(2024, 1, 2, 3), True)])  # a datetime for a DATE: the rows statement
 @example([("FLOAT", 0.1, True), ("FLOAT", -1e-46, True), ("FLOAT", 1 + 2**-24, True), ("FLOAT", _NEGATIVE_NAN, True)])
 @example([("FLOAT", 3.4028235677973366e38, True)])  # rounds past the largest float: DuckDB refuses it
+@example([("TIMESTAMP WITH TIME ZONE", datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
+           True), ("INTEGER", 1, True)])
+@example([("TIMESTAMP WITH TIME ZONE", datetime.datetime(2024, 10, 27, 2, 30), True)])  # naive: the rows statement
 @example([("TIME", datetime.time(1, 2, 3, 400, tzinfo=datetime.timezone.utc), True), ("BLOB", b"\x00|'", True),
           ("BLOB", bytearray(b"ab"), True), ("TIME", datetime.time(0), True)])
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
@@ -202,7 +207,8 @@ def test_python_writes_duckdbs_text_of_every_double_and_float(duckdb_type: str, 
     assert [None if text is point._NOT_SIMPLE else text for text in python_texts] == duckdb_texts
 
 
-_TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIME": st.times(), "BLOB": st.binary(), "UUID": st.uuids()}
+_TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()),
+             "TIME": st.times(), "BLOB": st.binary(), "UUID": st.uuids()}
 
 
 @settings(max_examples=150, deadline=None)
@@ -211,16 +217,28 @@ _TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIME": st.times()
                         datetime.datetime(9999, 12, 31, 23, 59, 59, 999999), datetime.datetime(999, 5, 5, 0, 0, 0, 120)]))
 @example(("DATE", [datetime.date(1, 1, 1), datetime.date(999, 12, 31), datetime.date(9999, 12, 31)]))
 @example(("TIME", [datetime.time(0), datetime.time(1, 2, 3, 400), datetime.time(23, 59, 59, 999999)]))
+@example(("TIMESTAMP WITH TIME ZONE", [  # the hour Berlin's clocks repeat, either time; offsets past either end of years
+    datetime.datetime(2024, 10, 27, 2, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
+    datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
+    datetime.datetime(1, 1, 1, 0, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=1))),
+    datetime.datetime(9999, 12, 31, 23, 30, tzinfo=datetime.timezone(-datetime.timedelta(hours=1, microseconds=5))),
+    datetime.datetime(2024, 1, 1, 12, 0, 0, 500, tzinfo=datetime.timezone(datetime.timedelta(hours=5, minutes=30)))]))
 @example(("BLOB", [b"", b"\x00ab", bytes(range(256))]))
 def test_python_writes_duckdbs_text_of_dates_times_blobs_and_uuids(case: tuple[str, list]) -> None:
-    """A DATE, TIMESTAMP (a naive datetime), TIME (a naive time), BLOB or UUID parameter's text as
-    Python writes it is DuckDB's text of the value the parameter binds to (the rows statement's):
-    years 1-9999, fractions of a second with trailing zeros dropped, any bytes, any UUID."""
+    """A DATE, TIMESTAMP (a naive datetime), TIMESTAMPTZ (an aware one, carried as its UTC wall clock),
+    TIME (a naive time), BLOB or UUID parameter's text as Python writes it is DuckDB's text of the
+    value the parameter binds to (the rows statement's): years 1-9999, fractions of a second with
+    trailing zeros dropped, either time of a repeated hour, any bytes, any UUID."""
     duckdb_type, values = case
     con = duckdb.connect()
     texts = con.execute(f"SELECT {value_text_sql('x', duckdb_type)} FROM (SELECT unnest(?::{duckdb_type}[]) AS x)",
                         [values]).fetchall()
-    assert [point._param_text(duckdb_type, v) for v in values] == [text for (text,) in texts]
+    python = [point._param_text(duckdb_type, v) for v in values]
+    # only an aware datetime whose UTC time is outside Python's years is left to the rows statement
+    left = [v for v, text in zip(values, python) if text is point._NOT_SIMPLE]
+    assert all(v.year in (1, 9999) and v.utcoffset() for v in left), left
+    assert [text for text in python if text is not point._NOT_SIMPLE] == [t for (t,), p in zip(texts, python)
+                                                                         if p is not point._NOT_SIMPLE]
 
 
 def test_row_encoding_of_texts_matches_sql_for_a_mixed_row() -> None:
