@@ -48,6 +48,7 @@ or one built like it (:func:`new_rows_writes_sql`), as :mod:`crr.point_merge` de
 from __future__ import annotations
 
 import datetime
+import decimal
 import struct
 import uuid
 from collections.abc import Callable, Sequence
@@ -64,8 +65,9 @@ from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
 from crr.sql.dml import Cell, Constant
-from crr.types import (INT_RANGE, Column, TypeFamily, key_hash_of_texts, key_hash_sql, quote_ident, quote_str,
-                       is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
+from crr.errors import TypeMismatchError
+from crr.types import (INT_RANGE, Column, TypeFamily, decimal_text, key_hash_of_texts, key_hash_sql, quote_ident,
+                       quote_str, is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
 from crr.writes import (clashing_row_held, disagreeing_entry_error, key_clash_error, merged_rows_error, null_error,
                         repeated_key_error)
 
@@ -400,7 +402,7 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
-    its integer column's range, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date``
+    its integer column's range, a ``Decimal`` (or a 64-bit ``int``) for DECIMAL, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date``
     for DATE, a naive ``datetime`` for TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for
     TIME, ``bytes`` for BLOB and a ``uuid.UUID`` for UUID are taken (exactly those classes,
     no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is
@@ -427,7 +429,7 @@ _NOT_SIMPLE = object()
 def texts_writable(columns: Sequence[Column]) -> bool:
     """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: the types
     whose Arrow values Python holds as the class :func:`param_texts` takes (VARCHAR, BOOLEAN, FLOAT,
-    DOUBLE, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BLOB, UUID, and integers up to 64 bits; a 128-bit
+    DOUBLE, DECIMAL, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BLOB, UUID, and integers up to 64 bits; a 128-bit
     integer arrives as 16 bytes). A date or timestamp outside Python's years 1-9999 (``infinity``
     too), or one in a time zone Python does not know, fails to convert, and the reader takes another
     path; a TIME of ``24:00:00`` arrives as midnight, whose
@@ -436,9 +438,9 @@ def texts_writable(columns: Sequence[Column]) -> bool:
                for col in columns)
 
 
-_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT, TypeFamily.DATE,
-                                    TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ, TypeFamily.TIME, TypeFamily.BLOB,
-                                    TypeFamily.UUID})
+_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT, TypeFamily.DECIMAL,
+                                    TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ, TypeFamily.TIME,
+                                    TypeFamily.BLOB, TypeFamily.UUID})
 _ARROW_PYTHON_INTEGERS = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
 
 
@@ -470,6 +472,12 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return _timestamp_text(value)
     if type(value) is uuid.UUID and family is TypeFamily.UUID:
         return str(value)  # lower case, hyphenated, as DuckDB writes a UUID
+    if family is TypeFamily.DECIMAL and (type(value) is decimal.Decimal
+                                         or type(value) is int and _INT64[0] <= value <= _INT64[1]):
+        try:
+            return decimal_text(value, duckdb_type)
+        except TypeMismatchError:
+            return _NOT_SIMPLE  # not stored exactly as given, or out of range: the statement says so
     if type(value) is datetime.datetime and family is TypeFamily.TIMESTAMPTZ:
         return _utc_text(value)
     if type(value) is datetime.time and value.tzinfo is None and family is TypeFamily.TIME:
@@ -521,6 +529,7 @@ def _float_text(duckdb_type: str, value: float) -> object:
 
 
 _SINGLE = struct.Struct("<f")
+_INT64 = INT_RANGE["BIGINT"]  # the ints DuckDB binds as an integer (a DECIMAL column casts them exactly)
 
 
 def _double_text(value: float) -> str:

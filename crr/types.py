@@ -331,6 +331,22 @@ def _enc_integer(value: Any, t: str) -> str:
 
 
 def _enc_decimal(value: Any, t: str) -> str:
+    return "n" + _decimal_digits(_decimal_scaled(value, t), t)
+
+
+def decimal_text(value: Any, duckdb_type: str) -> str:
+    """DuckDB's text of the DECIMAL(p,s) ``duckdb_type`` that the Decimal or int ``value`` binds to
+    (``CAST(x AS VARCHAR)``: ``s`` digits after the point, and none before it when ``p = s``:
+    ``.500``); raises :class:`TypeMismatchError` for a value DuckDB would not store exactly as given
+    (:func:`tuple_id`)."""
+    text = _decimal_digits(_decimal_scaled(value, duckdb_type), duckdb_type)
+    width, scale = _decimal_width_scale(duckdb_type)
+    return re.sub(r"^(-?)0[.]", r"\1.", text) if width == scale else text
+
+
+def _decimal_scaled(value: Any, t: str) -> int:
+    """The integer a DECIMAL(w, s) ``t`` stores for the Decimal or int ``value`` (its value times 10**s,
+    rounded half away from zero as DuckDB's cast rounds)."""
     width, scale = _decimal_width_scale(t)
     if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
         raise _refuse(value, t, "expected a Decimal or an int")
@@ -352,10 +368,16 @@ def _enc_decimal(value: Any, t: str) -> str:
         scaled = value * 10**scale
     if abs(scaled) >= 10**width:
         raise _refuse(value, t, "out of range")
+    return scaled
+
+
+def _decimal_digits(scaled: int, t: str) -> str:
+    """The stored integer ``scaled`` of DECIMAL ``t`` written with its point (``-0.50``)."""
+    _, scale = _decimal_width_scale(t)
     digits_text = str(abs(scaled)).rjust(scale + 1, "0")
     if scale:
         digits_text = digits_text[:-scale] + "." + digits_text[-scale:]
-    return "n" + ("-" if scaled < 0 else "") + digits_text
+    return ("-" if scaled < 0 else "") + digits_text
 
 
 def _enc_float(value: Any, t: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import re
 import struct
 import uuid
@@ -98,7 +99,7 @@ def test_insert_parameters_written_as_text_by_python_equal_duckdbs_text(type_: s
 
 
 LITERAL_TYPES = ["INTEGER", "BIGINT", "TINYINT", "UTINYINT", "VARCHAR", "BOOLEAN", "DOUBLE", "FLOAT", "DATE", "TIMESTAMP",
-                 "TIMESTAMP WITH TIME ZONE", "UUID", "TIME", "BLOB"]
+                 "TIMESTAMP WITH TIME ZONE", "UUID", "TIME", "BLOB", "DECIMAL(5,2)", "DECIMAL(3,3)"]
 
 
 def _literal(value: Any) -> str:
@@ -113,7 +114,7 @@ def _literal(value: Any) -> str:
         value = "".join(f"\\x{b:02x}" for b in value)
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
-    return repr(value)
+    return str(value) if isinstance(value, decimal.Decimal) else repr(value)
 
 
 _ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
@@ -122,7 +123,9 @@ _OF_TYPE = {"VARCHAR": st.text(st.characters(blacklist_categories=["Cs"], blackl
             "BOOLEAN": st.booleans(), "DOUBLE": st.floats(), "FLOAT": st.floats() | st.floats(width=32), "DATE": st.dates(),
             "TIMESTAMP": st.datetimes() | st.datetimes(timezones=st.timezones()), "UUID": st.uuids(),
             "TIME": st.times() | st.times(timezones=st.timezones()), "BLOB": st.binary(),
-            "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()) | st.datetimes()}
+            "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()) | st.datetimes(),
+            "DECIMAL(5,2)": st.decimals(allow_nan=False, allow_infinity=False) | st.decimals(-1000, 1000, places=3),
+            "DECIMAL(3,3)": st.decimals(-1, 1, places=4)}
 _NEGATIVE_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000001))[0]  # -nan, another payload
 
 
@@ -145,6 +148,9 @@ def _cell(type_: str) -> st.SearchStrategy:
 @example([("TIMESTAMP WITH TIME ZONE", datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin")),
            True), ("INTEGER", 1, True)])
 @example([("TIMESTAMP WITH TIME ZONE", datetime.datetime(2024, 10, 27, 2, 30), True)])  # naive: the rows statement
+@example([("DECIMAL(3,3)", decimal.Decimal("-0.0005"), True), ("DECIMAL(5,2)", decimal.Decimal("2.675"), True),
+          ("DECIMAL(5,2)", 7, True)])
+@example([("DECIMAL(5,2)", decimal.Decimal("1000"), True)])  # out of range: DuckDB refuses it
 @example([("TIME", datetime.time(1, 2, 3, 400, tzinfo=datetime.timezone.utc), True), ("BLOB", b"\x00|'", True),
           ("BLOB", bytearray(b"ab"), True), ("TIME", datetime.time(0), True)])
 def test_an_insert_of_literals_and_parameters_writes_what_the_rows_statement_writes(cells) -> None:
@@ -205,6 +211,31 @@ def test_python_writes_duckdbs_text_of_every_double_and_float(duckdb_type: str, 
     duckdb_texts = [text for (text,) in con.execute(f"SELECT {value_text_sql(stored, duckdb_type)} FROM doubles").fetchall()]
     python_texts = [point._param_text(duckdb_type, v) for v in values]
     assert [None if text is point._NOT_SIMPLE else text for text in python_texts] == duckdb_texts
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 38).flatmap(lambda width: st.tuples(st.just(width), st.integers(0, width))),
+       st.lists(st.decimals(allow_nan=False, allow_infinity=False) | st.integers(-2**64, 2**64)
+                | st.decimals(-10**6, 10**6, places=6), min_size=1, max_size=20))
+@example((3, 3), [decimal.Decimal("0.5"), decimal.Decimal("-0.5"), decimal.Decimal("-0.0004"), decimal.Decimal("0.9995"), 0])
+@example((5, 2), [decimal.Decimal("-0.005"), decimal.Decimal("999.995"), decimal.Decimal("1E+2"), 999, -1000, 2**63])
+@example((38, 0), [decimal.Decimal("9" * 38), decimal.Decimal("9" * 39), decimal.Decimal("1" + "0" * 38)])
+def test_python_writes_duckdbs_text_of_decimals(width_scale: tuple[int, int], values: list) -> None:
+    """A Decimal (or a 64-bit int) parameter of a DECIMAL(p,s) column: Python's text is DuckDB's text of
+    the value it binds to (s digits after the point, rounded half away from zero; no 0 before the
+    point when p = s), and Python takes no value DuckDB refuses (out of range) or binds otherwise
+    (a Decimal wider than 38 digits binds as a DOUBLE)."""
+    duckdb_type = f"DECIMAL({width_scale[0]},{width_scale[1]})"
+    con = duckdb.connect()
+    taken = 0
+    for value in values:
+        text = point._param_text(duckdb_type, value)
+        if text is point._NOT_SIMPLE:
+            continue
+        taken += 1
+        assert con.execute(f"SELECT CAST(CAST(? AS {duckdb_type}) AS VARCHAR)", [value]).fetchone() == (text,), value
+    fits = [v for v in values if isinstance(v, int) and abs(v) < 10 ** (width_scale[0] - width_scale[1]) and abs(v) < 2**63]
+    assert taken >= len(fits)  # integers in range are always taken
 
 
 _TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import uuid
 import zoneinfo
 from contextlib import contextmanager
@@ -451,35 +452,38 @@ def test_a_table_of_doubles_merges_by_the_point_route_as_by_the_general_path():
 
 
 def test_a_field_table_of_uuids_times_floats_and_blobs_merges_by_the_point_route_unless_python_cannot_hold_a_value():
-    """UUID, TIMESTAMP, TIMESTAMPTZ, DATE, TIME, FLOAT and BLOB values reach the point route as the Python values
+    """UUID, TIMESTAMP, TIMESTAMPTZ, DATE, TIME, FLOAT, DECIMAL and BLOB values reach the point route as the Python values
     whose texts Python writes (crr.point._param_text): such rows merge as one prepared statement and
     leave every table as the general path does; a date or timestamp Python cannot hold (infinity, a
     year past 9999), or a TIME of 24:00:00 (which Arrow gives Python as midnight), sends the merge to
     the batch route (read from Arrow by SQL), with the same outcome."""
     ddl = ("CREATE REPLICATED TABLE obs (id UUID PRIMARY KEY, at TIMESTAMP, day DATE, temp FLOAT, note VARCHAR, "
-           "tick TIME, photo BLOB, seen TIMESTAMPTZ)")
+           "tick TIME, photo BLOB, seen TIMESTAMPTZ, cost DECIMAL(9,2), share DECIMAL(3,3))")
     src, fused, general = crr.Site(site_id="src"), crr.Site(site_id="dst"), crr.Site(site_id="dst")
     for site in (src, fused, general):
         site.execute(ddl)
         site.execute("CREATE MATERIALIZED VIEW warm_days AS SELECT day, temp FROM obs WHERE temp > 20")
-    src.execute("INSERT INTO obs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [uuid.UUID(int=0), datetime.datetime(2026, 1, 1), datetime.date(2026, 1, 1), 25.0, "warm", None, None, None])
+    src.execute("INSERT INTO obs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [uuid.UUID(int=0), datetime.datetime(2026, 1, 1), datetime.date(2026, 1, 1), 25.0, "warm", None, None, None,
+                 None, None])
     warm = src.changes().to_bytes()
     for site in (fused, general):
         site.merge(warm, track=True)  # the receivers learn the columns and the view's widths
     rows = [[uuid.UUID(int=1), datetime.datetime(2026, 11, 29, 8, 30, 0, 120000), datetime.date(2026, 11, 29), 21.1, "a",
-             datetime.time(8, 30, 0, 5), b"\x00\xff|", datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=_BERLIN)],
+             datetime.time(8, 30, 0, 5), b"\x00\xff|", datetime.datetime(2024, 10, 27, 2, 30, fold=1, tzinfo=_BERLIN),
+             decimal.Decimal("-0.50"), decimal.Decimal("-0.5")],
             [uuid.UUID(int=2**128 - 1), datetime.datetime(1, 1, 1), datetime.date(9999, 12, 31), -0.0, None,
-             datetime.time(23, 59, 59, 999999), b"", datetime.datetime(2024, 10, 27, 2, 30, tzinfo=_BERLIN)],
+             datetime.time(23, 59, 59, 999999), b"", datetime.datetime(2024, 10, 27, 2, 30, tzinfo=_BERLIN),
+             decimal.Decimal("9999999.99"), decimal.Decimal("0.999")],
             [uuid.uuid4(), datetime.datetime(2026, 2, 3, 4, 5, 6, 7), datetime.date(1970, 1, 1), float("nan"), "nan",
-             datetime.time(0), bytes(range(256)), datetime.datetime(1, 1, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc)],
-            [uuid.uuid4(), None, None, 3.4028234663852886e38, "largest float", None, None, None]]
-    beyond = [[uuid.uuid4(), "infinity", datetime.date(2026, 1, 2), 30.0, "forever", None, None, None],
-              [uuid.uuid4(), datetime.datetime(2026, 1, 2), "10000-01-01", 30.0, "far", None, None, None],
-              [uuid.uuid4(), None, None, 30.0, "the day's end", "24:00:00", None, None],
-              [uuid.uuid4(), None, None, 30.0, "for ever", None, None, "infinity"]]
+             datetime.time(0), bytes(range(256)), datetime.datetime(1, 1, 1, 1, 0, 0, 1, tzinfo=datetime.timezone.utc), 7, decimal.Decimal("0")],
+            [uuid.uuid4(), None, None, 3.4028234663852886e38, "largest float", None, None, None, None, None]]
+    beyond = [[uuid.uuid4(), "infinity", datetime.date(2026, 1, 2), 30.0, "forever", None, None, None, None, None],
+              [uuid.uuid4(), datetime.datetime(2026, 1, 2), "10000-01-01", 30.0, "far", None, None, None, None, None],
+              [uuid.uuid4(), None, None, 30.0, "the day's end", "24:00:00", None, None, None, None],
+              [uuid.uuid4(), None, None, 30.0, "for ever", None, None, "infinity", None, None]]
     for values in rows + beyond:
-        cs = _written(src, "INSERT INTO obs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", values)
+        cs = _written(src, "INSERT INTO obs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         ran = _merge_statements(fused, cs)
         point_route = len(ran) == 1 and ran[0].startswith("EXECUTE: ")
         assert point_route == (values in rows), (values, ran)
