@@ -427,21 +427,18 @@ _NOT_SIMPLE = object()
 
 
 def texts_writable(columns: Sequence[Column]) -> bool:
-    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow: the types
-    whose Arrow values Python holds as the class :func:`param_texts` takes (VARCHAR, BOOLEAN, FLOAT,
-    DOUBLE, DECIMAL, DATE, TIMESTAMP, TIMESTAMPTZ, TIME, BLOB, UUID, and integers up to 64 bits; a 128-bit
-    integer arrives as 16 bytes). A date or timestamp outside Python's years 1-9999 (``infinity``
-    too), or one in a time zone Python does not know, fails to convert, and the reader takes another
-    path; a TIME of ``24:00:00`` arrives as midnight, whose
-    text gives another tuple id than the one received, which the reader checks."""
-    return all(type_family(col.type) in _ARROW_PYTHON_FAMILIES or col.type.upper().strip() in _ARROW_PYTHON_INTEGERS
-               for col in columns)
+    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow as Python
+    values (``to_pylist``; a 128-bit integer, which arrives as 16 bytes, read as an ``int``): every
+    type crr replicates is. A date or timestamp outside Python's years 1-9999 (``infinity`` too), or
+    one in a time zone Python does not know, fails to convert, and the reader takes another path; a
+    TIME of ``24:00:00`` arrives as midnight, whose text gives another tuple id than the one
+    received, which the reader checks."""
+    return all(type_family(col.type) in _ARROW_PYTHON_FAMILIES for col in columns)
 
 
-_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT, TypeFamily.DECIMAL,
-                                    TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ, TypeFamily.TIME,
-                                    TypeFamily.BLOB, TypeFamily.UUID})
-_ARROW_PYTHON_INTEGERS = frozenset(name for name, (_, high) in INT_RANGE.items() if high < 2**64)
+_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.INTEGER, TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT,
+                                    TypeFamily.DECIMAL, TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ,
+                                    TypeFamily.TIME, TypeFamily.BLOB, TypeFamily.UUID})
 
 
 def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:

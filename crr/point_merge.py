@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from crr.arrow_build import int64_scalar
@@ -89,7 +90,7 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
     if len(entries) != cs.cl.num_rows:
         return None  # an id twice: the general path refuses it
     try:
-        values = [rc.tuples.column(c.name).to_pylist() for c in rel.aug_columns]
+        values = [_python_values(rc.tuples.column(a.name), c.type) for a, c in zip(rel.aug_columns, rel.columns)]
     except (OverflowError, KeyError):
         return None  # a date or timestamp Python cannot hold (a year past 9999, infinity), a time zone it does not know
     not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
@@ -116,6 +117,16 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
         out.key_hashes.append(key_hash)
         out.stamps.append(stamp)
     return out
+
+
+def _python_values(column: pa.ChunkedArray, duckdb_type: str) -> list:
+    """A received column's values as Python's (:func:`crr.point.texts_writable`): a HUGEINT or UHUGEINT
+    arrives as 16 little-endian bytes (:data:`crr.changeset.UHUGEINT`), read as an ``int``."""
+    values = column.to_pylist()
+    if duckdb_type in ("HUGEINT", "UHUGEINT"):
+        signed = duckdb_type == "HUGEINT"
+        return [None if v is None else int.from_bytes(v, "little", signed=signed) for v in values]
+    return values
 
 
 def _u128(raw: bytes) -> int:

@@ -517,3 +517,25 @@ def test_a_timestamptz_column_sent_in_any_zone_merges_as_the_general_path_merges
     got, want = _both("point", fused, general, sent)
     assert got == want and _everything(fused) == _everything(general)
     assert app(fused, "t")[-1] == (1, datetime.datetime(2024, 10, 27, 1, 30, tzinfo=zoneinfo.ZoneInfo("UTC")))
+
+
+def test_a_table_of_128_bit_integers_merges_by_the_point_route_as_by_the_general_path():
+    """HUGEINT and UHUGEINT values arrive as 16 little-endian bytes (crr.point_merge._python_values
+    reads them as ints): the extremes and negative values merge as one prepared statement and leave
+    every table as the general path does."""
+    src, fused, general = crr.Site(site_id="src"), crr.Site(site_id="dst"), crr.Site(site_id="dst")
+    for site in (src, fused, general):
+        site.execute("CREATE REPLICATED TABLE w (k HUGEINT PRIMARY KEY, u UHUGEINT)")
+        site.execute("CREATE MATERIALIZED VIEW wu AS SELECT u FROM w")
+    src.execute("INSERT INTO w VALUES (0, 0)")
+    warm = src.changes().to_bytes()
+    for site in (fused, general):
+        site.merge(warm, track=True)
+    for k, u in [(-2**127, 2**128 - 1), (2**127 - 1, 2**64), (-1, None), (2**64 + 1, 1)]:
+        cs = _written(src, "INSERT INTO w VALUES (?, ?)", [k, u])
+        ran = _merge_statements(fused, cs)
+        assert len(ran) == 1 and ran[0].startswith("EXECUTE: "), ran
+        with _general_path():
+            general.merge(cs.to_bytes(), track=True)
+    assert _everything(fused) == _everything(general)
+    assert sorted(app(fused, "w")) == sorted(app(src, "w")) and len(app(fused, "w")) == 5
