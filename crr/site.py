@@ -18,7 +18,7 @@ import duckdb
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, META_TABLE_EXISTS_SQL,
                          STORAGE_VERSION, Catalog, Relation, SiteFlag, relation_from_row)
-from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history
+from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history, shown
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock, seq_floor
 from crr.counters import largest_seq_sql, largest_stamp_sql
@@ -32,6 +32,7 @@ from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
 from crr.tracked_cursors import PEER_CURSOR_SQL, PEER_CURSORS_SQL, check_peer_cursor_args
 from crr.upgrade import upgradable, upgrade
+from crr.types import is_utf8
 
 
 # threads sharing one Site take turns on its state's lock (a second thread waits for the first's
@@ -87,6 +88,9 @@ class Site:
         self.path = ":memory:" if path is None else os.fspath(path)  # None: a new in-memory site, as the default
         if not isinstance(self.path, str):  # bytes from os.fspath of a bytes path-like
             raise SiteError(f"a site's path is a string or a path-like object of one, not {path!r}")
+        if "\x00" in self.path or not is_utf8(self.path):
+            raise SiteError(f"a site's path holds a NUL character or is not valid Unicode (a lone surrogate): "
+                            f"{self.path!r}; name the file by a path the file system can store")
         skew = clock_skew(max_clock_skew)
         with open_files.opening():
             self._connect(site_id, skew)
@@ -394,6 +398,8 @@ class Site:
         incremental changeset moves it forward only (and not past a gap it leaves), a full state
         (``since`` 0) sets it (:func:`crr.tracked_cursors.tracked_cursor`).
         """
+        if not isinstance(track, bool):  # (numpy's bool_ too: a truth test of an array or NA raises)
+            raise SiteError(f"merge's track is True or False, not {shown(track)}")
         return site_merge.merge(self._state, changeset, track)
 
     def peer_cursor(self, peer: str, relation: str) -> int:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from crr.catalog import SCHEMA
 from crr.changeset import shown
 from crr.errors import CatalogError
+from crr.types import is_utf8
 
 Stream = tuple[str, str]
 """A tracked stream: (peer site id, relation name)."""
@@ -140,6 +141,6 @@ class RecordedCursors:
 
 def check_peer_cursor_args(peer: object, relation: object) -> None:
     """:class:`CatalogError` unless ``peer_cursor``'s arguments are a site id and a relation name (strings)."""
-    if not isinstance(peer, str) or not isinstance(relation, str):
-        raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings, not "
-                           f"{shown(peer)} and {shown(relation)}")
+    if not isinstance(peer, str) or not isinstance(relation, str) or not (is_utf8(peer) and is_utf8(relation)):
+        raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings of valid "
+                           f"Unicode, not {shown(peer)} and {shown(relation)}")

@@ -87,6 +87,14 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
      .to_bytes(), crr.ChangesetError, "cannot be encoded"),
     ("a site's path a number", lambda s: crr.Site(123), SiteError, "path-like"),
     ("a site's path bytes", lambda s: crr.Site(b"x.duckdb"), SiteError, "path-like"),
+    # found by a probe: os.stat's ValueError and UnicodeEncodeError, DuckDB's InvalidInputException, the
+    # truth test of an array, and any truthy value taken for True
+    ("a site's path with a NUL", lambda s: crr.Site("a\x00b.duckdb"), SiteError, "holds a NUL character"),
+    ("a site's path of no Unicode", lambda s: crr.Site("\ud800.duckdb"), SiteError, "not valid Unicode"),
+    ("a peer of no Unicode", lambda s: s.peer_cursor("\ud800", "t"), CatalogError, "strings of valid Unicode"),
+    ("a relation of no Unicode", lambda s: s.peer_cursor("b", "\udfff"), CatalogError, "strings of valid Unicode"),
+    ("merge's track a string", lambda s: s.merge(s.changes(), track="no"), SiteError, "True or False, not 'no'"),
+    ("merge's track a list", lambda s: s.merge(s.changes(), track=[1, 2]), SiteError, "True or False"),
     ("a site id of no Unicode", lambda s: crr.Site(site_id="\ud800"), SiteError, "valid Unicode"),
     ("a clock skew past a float", lambda s: crr.Site(max_clock_skew=10**400), SiteError, "max_clock_skew"),
     ("Arrow column repeated", lambda s: s.insert_many("t", pa.Table.from_arrays([pa.array([2]), pa.array([3])],
