@@ -64,7 +64,7 @@ from crr.cte import CteWrite, cte_values, ctes
 from crr.clock import HybridClock
 from crr.id_sets import ids_arrow
 from crr.prepared import Prepared
-from crr.sql.dml import Cell, Constant
+from crr.sql.dml import Cell, Constant, KeyedUpdate
 from crr.errors import TypeMismatchError
 from crr.types import (INT_RANGE, Column, TypeFamily, decimal_text, key_hash_of_texts, key_hash_sql, quote_ident,
                        quote_str, is_utf8, text_value_sql, tuple_id_of_texts, tuple_id_sql, type_family, value_text_sql)
@@ -90,6 +90,7 @@ class Statement(Enum):
 
     ROWS = "rows"  # the written rows' values, as text
     LOOKUP = "lookup"  # the site's causal-length entries of their keys (or ids), and which it stores
+    KEY_LOOKUP = "key lookup"  # an UPDATE by key: the entries of its old and new key, and the APP row of the key
     NEW_ROWS_INSERT = "new rows insert"  # an INSERT's entries, tuples and APP rows, unless some key (id) has an entry here
     DELETE = "delete"  # a DELETE's APP rows, the entries of their keys (ids), and the views' rows they held
     WRITE = "write"  # the entries, tuples and APP rows a write changes (its parts: :class:`Part`)
@@ -197,6 +198,21 @@ def lookup_sql(rel: Relation, probes: int, new_ids: int) -> str:
         return entries
     return f"""{entries} UNION ALL SELECT id, NULL, NULL, NULL, NULL, true, NULL FROM {rel.aug('t')}
                WHERE id IN ({', '.join(['?::UHUGEINT'] * new_ids)})"""
+
+
+def key_lookup_sql(rel: Relation, probes: int) -> str:
+    """``Statement.KEY_LOOKUP``, for an UPDATE of a keyed table by its key (:class:`KeyedUpdate`):
+    the site's causal-length entries of ``probes`` key hashes ``(id, kh, cl, stamp, vis, rowid,
+    NULL...)``, as :func:`lookup_sql` finds them, and the APP row of the key, at most one, as the
+    texts of its values ``(NULL x 6, text...)``. Parameters: the key hashes, then the key's values as
+    text, in key order."""
+    nulls = ", ".join(["NULL"] * len(rel.columns))
+    probe = f"kh IN ({', '.join(['?::UHUGEINT'] * probes)})"
+    entries = (f"SELECT id, kh, cl, stamp, vis, rowid, {nulls} FROM {SCHEMA}.cl "
+               f"WHERE rel = {quote_str(rel.name)} AND {probe}")
+    texts = ", ".join(value_text_sql(quote_ident(c.name), c.type) for c in rel.columns)
+    match = " AND ".join(f"{quote_ident(c.name)} = {text_value_sql('?', c.type)}" for c in rel.key_columns)
+    return f"{entries} UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, {texts} FROM {rel.app} WHERE {match}"
 
 
 def cl_update_sql(count: int) -> str:
@@ -426,6 +442,43 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
 _NOT_SIMPLE = object()
 
 
+@dataclass(frozen=True)
+class ByKey:
+    """An UPDATE of one row of a keyed table found by its key (:class:`crr.sql.dml.KeyedUpdate`),
+    with the texts Python wrote for its values: the key's, in key order, and each SET column's, by
+    the column's position."""
+
+    key: tuple[str | None, ...]
+    sets: dict[int, str | None]
+
+
+def keyed_update_texts(rel: Relation, by_key: KeyedUpdate | None, params: list | dict | None) -> ByKey | None:
+    """The texts of an UPDATE of ``rel`` by its key (``by_key``, :attr:`crr.sql.dml.RowQueries.by_key`),
+    when its WHERE equates exactly the key's columns with values and Python writes the text of every
+    value as DuckDB does (:func:`param_texts`); None otherwise, or when the table may hold tuples
+    without entries (:attr:`crr.catalog.Relation.orphans`: the write then looks its tuples up)."""
+    params = [] if params is None else params
+    if by_key is None or not rel.key or rel.orphans or not isinstance(params, list):
+        return None
+    where = dict(by_key.where)
+    if set(where) != set(rel.key):
+        return None
+    cells = [c for _, c in (*by_key.sets, *by_key.where)]
+    if {c for c in cells if type(c) is int} != set(range(len(params))):
+        return None  # too few or too many values: the statement runs, and DuckDB's error says which
+    types = {c.name: c.type for c in rel.columns}
+
+    def text(column: str, cell: Cell) -> object:
+        value = cell.value if isinstance(cell, Constant) else None if cell is None else params[cell]
+        return _param_text(types[column], value)
+
+    key = tuple(text(c.name, where[c.name]) for c in rel.key_columns)
+    sets = {rel.column_names.index(column): text(column, cell) for column, cell in by_key.sets}
+    if any(t is _NOT_SIMPLE for t in (*key, *sets.values())):
+        return None
+    return ByKey(key, sets)  # type: ignore[arg-type]
+
+
 def texts_writable(columns: Sequence[Column]) -> bool:
     """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow as Python
     values (``to_pylist``; a 128-bit integer, which arrives as 16 bytes, read as an ``int``): every
@@ -597,7 +650,8 @@ class PointWrite:
 
     def write(self, rel: Relation, source: str, old: bool, new: bool, params: list | dict | None,
               clock: HybridClock, seq: int, given: list[tuple[str | None, ...]] | None = None, *,
-              unchecked_entries: bool, new_tried: bool = False, then: ThenWrites | None = None) -> PointResult | None:
+              unchecked_entries: bool, new_tried: bool = False, then: ThenWrites | None = None,
+              by_key: ByKey | None = None) -> PointResult | None:
         """Apply a write whose rows ``source`` yields (see :func:`rows_sql`) to the table's own state.
 
         ``given``: the rows' texts when the caller has them already (:func:`param_texts`); then
@@ -609,9 +663,16 @@ class PointWrite:
         ``unchecked_entries``: the site's
         :attr:`crr.catalog.Catalog.unchecked_entries` (then an added row whose id has an entry of another
         relation or key hash is refused, by one statement more). ``new_tried``: :meth:`insert_new`
-        was called for these rows and wrote nothing.
+        was called for these rows and wrote nothing. ``by_key``: an UPDATE of one row found by its key
+        (:func:`keyed_update_texts`): one statement reads the row and the entries of its keys
+        (:data:`Statement.KEY_LOOKUP`), in place of the rows statement and the lookup.
         """
-        found = given if given is not None else self._run(rows_sql(rel, source, old, new), params)
+        looked_up: dict[int, list[tuple[int, int, int, bool, int]]] | None = None
+        if by_key is not None:
+            assert old and new and not unchecked_entries
+            found, looked_up = self._row_by_key(rel, by_key)
+        else:
+            found = given if given is not None else self._run(rows_sql(rel, source, old, new), params)
         if len(found) > POINT_ROWS:
             return None
         width = len(rel.columns)
@@ -636,13 +697,19 @@ class PointWrite:
         stored: set[int] = set()
         probes = sorted({r.kh for r in rows.values()}) if rel.key else ids
         new_ids = sorted({r.id for r in rows.values() if r.new})
-        for id_, kh, cl, stamp, vis, in_table, rowid in self._run(
-                lookup_sql(rel, len(probes), len(new_ids)), probes + new_ids):
-            if in_table:
-                stored.add(int(id_))
-            else:
-                versions.setdefault(int(kh) if rel.key else int(id_), []).append(
-                    (int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
+        if looked_up is not None:
+            # no entry came without its tuple (SiteFlag.UNCHECKED_ENTRIES), and none of the table's
+            # tuples lacks its entry (``orphans``): a new row's tuple is stored if its key has its entry
+            versions = looked_up
+            stored = set(new_ids) & {v[0] for vs in versions.values() for v in vs}
+        else:
+            for id_, kh, cl, stamp, vis, in_table, rowid in self._run(
+                    lookup_sql(rel, len(probes), len(new_ids)), probes + new_ids):
+                if in_table:
+                    stored.add(int(id_))
+                else:
+                    versions.setdefault(int(kh) if rel.key else int(id_), []).append(
+                        (int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
         for row in rows.values():
             row.stored = row.id in stored
             row.versions = versions.get(row.kh if rel.key else row.id, [])
@@ -656,6 +723,26 @@ class PointWrite:
         more = then(flips, added, len(fresh) == len(added)) if then is not None and (entries or fresh) else ()
         changed = self._write(rel, entries, olds, news, seq, more)
         return PointResult(count, changed, flips, added, fresh)
+
+    def _row_by_key(self, rel: Relation, by_key: ByKey) -> tuple[list[tuple[str | None, ...]],
+                                                                  dict[int, list[tuple[int, int, int, bool, int]]]]:
+        """An UPDATE by key's row as :func:`rows_sql` returns it (old texts, then new ones; none when
+        the APP table has no row of the key) and the entries of its old and new keys, per key hash,
+        as :meth:`write` reads them from :func:`lookup_sql`: one statement, :func:`key_lookup_sql`."""
+        key_at = key_positions(rel)
+        new_key = [by_key.sets.get(at, by_key.key[n]) for n, at in enumerate(key_at)]
+        probes = sorted({key_hash_of_texts(rel.name, rel.key_columns, list(by_key.key)),
+                         key_hash_of_texts(rel.name, rel.key_columns, new_key)})
+        found: list[tuple[str | None, ...]] = []
+        versions: dict[int, list[tuple[int, int, int, bool, int]]] = {}
+        for row in self._run(key_lookup_sql(rel, len(probes)), [*probes, *by_key.key]):
+            if row[0] is None:  # the APP row
+                texts = tuple(row[6:])
+                found.append(texts + tuple(by_key.sets.get(at, text) for at, text in enumerate(texts)))
+            else:
+                id_, kh, cl, stamp, vis, rowid = row[:6]
+                versions.setdefault(int(kh), []).append((int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
+        return found, versions
 
     def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
                     unchecked_entries: bool, then: Sequence[CteWrite] = ()) -> PointResult | None:

@@ -37,7 +37,7 @@ from crr.errors import (CatalogError, ReadOnlyRelationError, SqlError, TypeMisma
 from crr.id_sets import MAX_LISTED_IDS, ids_arrow
 from crr.maintain import Batch, Maintainer
 from crr.point import (ADDED, FLIPPED, GROWN_ENTRIES, NEW_TUPLES, PointResult, PointWrite, ThenWrites,
-                       added_values_sql, flips_values_sql, param_texts)
+                       added_values_sql, flips_values_sql, keyed_update_texts, param_texts)
 from crr.site_state import SiteState, ViewFailed, translated_errors, views_inside
 from crr.sql import dml
 from crr.sql.parse import STATEMENT_END
@@ -196,6 +196,8 @@ _SET_WIDTH = "Set operations can only apply to expressions with the same number 
 def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, params) -> list[tuple]:
     """:func:`run_dml` on a replicated table, given the statement's rows as queries."""
     given = param_texts(rel.columns, rq.params_at, params) if stmt.kind is DmlKind.INSERT else None
+    by_key = (keyed_update_texts(rel, rq.by_key, params)
+              if stmt.kind is DmlKind.UPDATE and not state.rels.unchecked_entries else None)
     source = rq.old if stmt.kind is DmlKind.DELETE else rq.new
     assert source is not None
     point_write = PointWrite(state.con, state.prepared)
@@ -206,7 +208,7 @@ def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, pa
                                      new=stmt.kind is not DmlKind.DELETE, params=params, clock=state.clock,
                                      seq=state.next_seq(), given=given,
                                      unchecked_entries=state.rels.unchecked_entries, new_tried=new_tried,
-                                     then=then)
+                                     then=then, by_key=by_key)
 
     derived = state.rels.derived_from(rel.name)  # the relations reading the table
     m = state.maintainer() if derived else None  # builds their statements for this write

@@ -33,6 +33,18 @@ Cell = int | Constant | None
 does not name)."""
 
 
+@dataclass(frozen=True)
+class KeyedUpdate:
+    """An UPDATE of one row at most, read from its text: ``UPDATE t SET c = cell, ... WHERE k = cell AND
+    ...`` with no FROM and no WITH, every cell a ``?`` parameter, NULL or a literal
+    (:data:`Cell`), and the WHERE a conjunction of ``column = cell`` equalities, one per column
+    (:attr:`RowQueries.by_key`). When the equalities name exactly the table's key, a caller may find
+    the row by the key's values and write its new values without running ``new``."""
+
+    sets: tuple[tuple[str, Cell], ...]  # (column, cell) of each SET, in the order written
+    where: tuple[tuple[str, Cell], ...]  # (column, cell) of each equality of the WHERE
+
+
 @dataclass
 class RowQueries:
     """SQL of the rows a statement removes (``old``) and adds (``new``); either may be None.
@@ -60,6 +72,9 @@ class RowQueries:
     # UPDATE's ``_crr_set_<i>`` ("the value of SET n"), an INSERT's ``_crr_in_<i>`` ("the value for
     # column n"); see :func:`internal_names_named`
     values_named: tuple[str, ...] = ()
+    # an UPDATE of parameters and literals whose WHERE equates columns with such values (see
+    # :class:`KeyedUpdate`), so a caller may find the row by its key without running ``new``
+    by_key: KeyedUpdate | None = None
 
     def internal_names_named(self, message: str) -> str:
         """A database error's ``message`` about a rows query of this statement, naming a value as the
@@ -296,7 +311,51 @@ def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) ->
         # DuckDB does (each match was a new row of its own: an unkeyed row became several)
         query = query.distinct(*[exp.column(f"_crr_old_{i}", quoted=True) for i in range(len(names))])
     sql = _with_ctes(tree, query).sql(DIALECT)
-    return RowQueries(old=sql, new=sql, values_named=tuple(f"the value of SET {c}" for c in set_cols))
+    by_key = _keyed_update(tree, assignments, names, qualifier) if from_ is None and where is not None else None
+    return RowQueries(old=sql, new=sql, values_named=tuple(f"the value of SET {c}" for c in set_cols), by_key=by_key)
+
+
+def _keyed_update(tree: exp.Update, assignments: dict[str, exp.Expression], names: list[str],
+                  qualifier: str) -> KeyedUpdate | None:
+    """:attr:`RowQueries.by_key` of an UPDATE (its SET ``assignments``, the table's column ``names``,
+    the name its rows go by), or None when it is not a :class:`KeyedUpdate`. Positional parameters
+    are numbered in the order written: the SET values, then the WHERE's equalities left to right."""
+    if tree.args.get("with") is not None or tree.args.get("with_") is not None:
+        return None
+    next_param = 0
+
+    def cell_of(e: exp.Expression) -> Cell | bool:
+        nonlocal next_param
+        if isinstance(e, exp.Placeholder) and e.this is None:
+            next_param += 1
+            return next_param - 1
+        if isinstance(e, exp.Null):
+            return None
+        constant = _constant(e)
+        return False if constant is None else constant  # False: not a cell
+
+    sets = []
+    for col, value in assignments.items():
+        cell = cell_of(value)
+        if cell is False:
+            return None
+        sets.append((col, cell))
+    where: list[tuple[str, Cell]] = []
+    condition = tree.args["where"].this
+    for eq in (condition.flatten() if isinstance(condition, exp.And) else [condition]):
+        if not isinstance(eq, exp.EQ):
+            return None
+        column, value = (eq.this, eq.expression) if isinstance(eq.this, exp.Column) else (eq.expression, eq.this)
+        if (not isinstance(column, exp.Column) or column.name not in names or column.db or column.catalog
+                or column.table not in ("", qualifier) or any(c == column.name for c, _ in where)):
+            return None
+        cell = cell_of(value)
+        if cell is False:
+            return None
+        where.append((column.name, cell))
+    if next_param != sum(1 for _ in tree.find_all(exp.Placeholder)):
+        return None  # a parameter elsewhere: positions would not line up
+    return KeyedUpdate(tuple(sets), tuple(where))
 
 
 def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) -> RowQueries:
