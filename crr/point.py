@@ -17,6 +17,7 @@ Statements per write (:class:`Statement` names them, and tests count them, with 
 INSERT of new rows        rows, new rows insert                                         (2)
 DELETE                    delete                                                        (1)
 UPDATE                    rows, lookup, write                                           (3)
+UPDATE by key             key lookup, write                                             (2)
 ========================  ======================================================================
 
 The writes a statement makes to the table's state (causal-length entries, AUG tuples, APP rows)
@@ -26,10 +27,13 @@ statements once each, to completion and in order, each seeing what the ones befo
 parameters (or NULL) of the common types skips the rows statement: Python writes their texts
 (:func:`param_texts`), so such an INSERT of a new row runs 1, and into a table no other relation
 here reads, the site runs it without a transaction around it (DuckDB commits the one statement on
-its own, so the write is still atomic). An INSERT of a key (unkeyed: a row) the site has an entry
-of, or into a table that may hold tuples without entries (:attr:`crr.catalog.Relation.orphans`),
-runs the general sequence (rows, lookup, write; one statement more when the new-rows INSERT was
-tried first and wrote nothing). At a site whose ``_crr.cl`` may hold entries that came without their
+its own, so the write is still atomic). A keyed UPDATE whose SET and WHERE are parameters and
+literals Python writes, its WHERE the key's columns (:class:`crr.sql.dml.KeyedUpdate`,
+:func:`keyed_update_texts`), reads the row and the entries of its old and new keys in one statement
+(:func:`key_lookup_sql`). An INSERT of a key (unkeyed: a row) the site has an entry of, or into a
+table that may hold tuples without entries (:attr:`crr.catalog.Relation.orphans`), runs the general
+sequence (rows, lookup, write; one statement more when the new-rows INSERT was tried first and
+wrote nothing). At a site whose ``_crr.cl`` may hold entries that came without their
 tuples (:attr:`crr.catalog.Catalog.unchecked_entries`), a write adding rows that takes the general
 sequence runs one statement more, which refuses an added row whose id has an entry of another
 relation or key hash. Tuple ids and key hashes are computed in Python (:func:`crr.types.tuple_id_of_texts`),
@@ -418,12 +422,13 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     """The texts :data:`Statement.ROWS` would return for an INSERT of parameters and literals into
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
-    its integer column's range, a ``Decimal`` (or a 64-bit ``int``) for DECIMAL, a ``bool`` for BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date``
-    for DATE, a naive ``datetime`` for TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for
-    TIME, ``bytes`` for BLOB and a ``uuid.UUID`` for UUID are taken (exactly those classes,
-    no subclass such as pandas' Timestamp), whether a parameter or a literal (a float literal is
-    none: :func:`crr.sql.dml._constant` reads no :class:`Constant` of it; other values and types run
-    the statement, which also refuses what DuckDB cannot cast)."""
+    its integer column's range, a ``Decimal`` (or a 64-bit ``int``) for DECIMAL, a ``bool`` for
+    BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date`` for DATE, a naive ``datetime`` for
+    TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for TIME, ``bytes`` for BLOB and a
+    ``uuid.UUID`` for UUID are taken (exactly those classes, no subclass such as pandas' Timestamp),
+    whether a parameter or a literal (a float literal is none: :func:`crr.sql.dml._constant` reads
+    no :class:`Constant` of it; other values and types run the statement, which also refuses what
+    DuckDB cannot cast)."""
     params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None
