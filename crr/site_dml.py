@@ -300,16 +300,27 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
     given = [fold_identifier(c) for c in data.column_names]
     # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
     data = named_input(rel, data, column_positions(rel.name, given, names))
-    with state.transaction():
-        bulk = state.slots.put("_crr_bulk", data)
-        try:
-            batch, _ = _prepare(state, rel, None, f"({typed_input_sql(rel, bulk)})")
-        except TypeMismatchError as e:
-            raise TypeMismatchError(f"insert_many into {rel.name}: {e}; nothing was written") from None
-        finally:
-            state.slots.release(bulk)
-        state.apply(batch)
+    try:
+        with state.transaction():
+            bulk = state.slots.put("_crr_bulk", data)
+            try:
+                batch, _ = _prepare(state, rel, None, f"({typed_input_sql(rel, bulk)})")
+            except TypeMismatchError as e:
+                raise TypeMismatchError(f"insert_many into {rel.name}: {e}; nothing was written") from None
+            finally:
+                state.slots.release(bulk)
+            state.apply(batch)
+    except SqlError as e:
+        if _UNREADABLE_ARROW not in str(e):
+            raise
+        types = ", ".join(f"{name} {field.type}" for name, field in zip(data.column_names, data.schema))
+        raise TypeMismatchError(f"insert_many into {rel.name}: DuckDB cannot read an Arrow type among the columns "
+                                f"given ({types}); cast that column to a type DuckDB reads (float16 to float32, "
+                                "decimal256 to decimal128), or pass a list of tuples; nothing was written") from None
     return data.num_rows
+
+
+_UNREADABLE_ARROW = "Unsupported Internal Arrow Type"  # DuckDB's error for an Arrow type it has no reader for
 
 
 def _maintain_point(state: SiteState, rel: Relation, point: PointResult) -> None:
