@@ -423,7 +423,7 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
     its integer column's range, a ``Decimal`` (or a 64-bit ``int``) for DECIMAL, a ``bool`` for
-    BOOLEAN, a ``float`` for DOUBLE or FLOAT, a ``date`` for DATE, a naive ``datetime`` for
+    BOOLEAN, a ``float`` (or an ``int`` it holds exactly) for DOUBLE or FLOAT, a ``date`` for DATE, a naive ``datetime`` for
     TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for TIME, ``bytes`` for BLOB and a
     ``uuid.UUID`` for UUID are taken (exactly those classes, no subclass such as pandas' Timestamp),
     whether a parameter or a literal (a float literal is none: :func:`crr.sql.dml._constant` reads
@@ -521,6 +521,8 @@ def _param_text(duckdb_type: str, value: object) -> object:
         return "true" if value else "false"
     if type(value) is float and family is TypeFamily.FLOAT:
         return _float_text(duckdb_type, value)
+    if type(value) is int and family is TypeFamily.FLOAT and abs(value) <= _EXACT_INTS[duckdb_type.upper().strip()]:
+        return _double_text(float(value))  # the float holds it exactly, as DuckDB's cast of the integer does
     if type(value) is datetime.date and family is TypeFamily.DATE:
         return value.isoformat()  # DuckDB's too, years 1-9999 (all Python holds)
     if type(value) is datetime.datetime and value.tzinfo is None and family is TypeFamily.TIMESTAMP:
@@ -584,6 +586,7 @@ def _float_text(duckdb_type: str, value: float) -> object:
 
 
 _SINGLE = struct.Struct("<f")
+_EXACT_INTS = {"DOUBLE": 2**53, "FLOAT": 2**24}  # the ints each float type holds exactly (larger ones round)
 _INT64 = INT_RANGE["BIGINT"]  # the ints DuckDB binds as an integer (a DECIMAL column casts them exactly)
 
 

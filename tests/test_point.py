@@ -238,6 +238,25 @@ def test_python_writes_duckdbs_text_of_decimals(width_scale: tuple[int, int], va
     assert taken >= len(fits)  # integers in range are always taken
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["DOUBLE", "FLOAT"]), st.lists(st.integers(-2**60, 2**60) | st.integers(-2**25, 2**25),
+                                                      min_size=1, max_size=30))
+@example("FLOAT", [0, -0, 2**24, -2**24, 2**24 + 1, 16777217, 2**53])
+@example("DOUBLE", [2**53, -2**53, 2**53 + 1, 10**17])
+def test_python_writes_duckdbs_text_of_an_int_for_a_double_or_float(duckdb_type: str, values: list[int]) -> None:
+    """An int parameter of a DOUBLE or FLOAT column that the type holds exactly (up to 2**53 and 2**24):
+    Python's text is DuckDB's text of the value the parameter binds to; a larger one is left to the
+    rows statement (DuckDB rounds it once, from the integer)."""
+    con = duckdb.connect()
+    for value in values:
+        text = point._param_text(duckdb_type, value)
+        if abs(value) <= {"DOUBLE": 2**53, "FLOAT": 2**24}[duckdb_type]:
+            assert text is not point._NOT_SIMPLE, value  # these Python takes
+        if text is not point._NOT_SIMPLE:
+            assert con.execute(f"SELECT {value_text_sql('x', duckdb_type)} FROM (SELECT CAST(? AS {duckdb_type}) AS x)",
+                               [value]).fetchone() == (text,), value
+
+
 _TEMPORAL = {"DATE": st.dates(), "TIMESTAMP": st.datetimes(), "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.timezones()),
              "TIME": st.times(), "BLOB": st.binary(), "UUID": st.uuids()}
 
@@ -470,12 +489,14 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
         return _count(site, sql, params)
 
     # a new key: its entry, tuple and APP row are written unless an entry exists, in one statement
-    # (no lookup); the rows statement reads the text of an int given for the DOUBLE
-    new_key = warm("INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2], [10, "x", 2])
+    # (no lookup); the rows statement reads the text of an int the DOUBLE does not hold exactly
+    new_key = warm("INSERT INTO t VALUES (?, ?, ?)", [1, "x", 2**60 + 1], [10, "x", 2**60 + 1])
     assert len(new_key) == 2 and not lookup(new_key) and len(prepared(new_key, "WITH entries AS")) == 1
-    # a float for it: Python writes its text (crr.point._double_text), one statement
+    # a float for it, or an int it holds: Python writes its text (crr.point._double_text), one statement
     double = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [5, "d", 0.1])
     assert len(double) == 1 and prepared(double, "WITH entries AS")
+    whole = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [6, "d", 2])
+    assert len(whole) == 1 and prepared(whole, "WITH entries AS")
     # values Python writes as DuckDB's text (crr.point.param_texts): no rows statement
     given = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [2, "w"])
     assert len(given) == 1 and prepared(given, "WITH entries AS")  # prepared for new_key
@@ -502,7 +523,7 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     assert len(_count(site, "DELETE FROM t WHERE k = ?", [1])) == 1
     # back from the dead: the new-rows INSERT writes nothing, the lookup finds the tuple known, so its
     # entry is updated and no tuple is added
-    back = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0])
+    back = _count(site, "INSERT INTO t VALUES (?, ?, ?)", [1, "y", 2.0**60])  # the DOUBLE 2**60 + 1 is
     written = [s for s in back if s.startswith("PREPARE ") or "part0" in s]
     assert len([s for s in back if not s.startswith("PREPARE ")]) == 3 and len(lookup(back)) == 1
     assert written and not [s for s in written if '"t$t"' in s]
@@ -513,7 +534,7 @@ def test_single_row_writes_run_the_documented_statements(schema: str, tmp_path) 
     renewed = _count(site, "INSERT INTO t (k, v) VALUES (?, ?)", [1, "n"])
     renewed = [s for s in renewed if not s.startswith("PREPARE ")]  # the write's shape, new here
     assert len(renewed) == (3 if "PRIMARY KEY" in schema else 1) and prepared(renewed, "WITH entries AS")
-    assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "n", None), (3, "it's", None), (5, "d", 0.1)]
+    assert app(site, "t") == [(-4, "w", None), (0, "z", 1.0), (1, "n", None), (3, "it's", None), (5, "d", 0.1), (6, "d", 2.0)]
 
 
 def test_a_large_write_takes_the_batch_path_and_a_small_one_maintains_the_views() -> None:
