@@ -423,8 +423,8 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     a table of ``columns`` (:attr:`crr.sql.dml.RowQueries.params_at`), written by Python, or None
     when some value's text is not certainly DuckDB's: only NULL, a ``str`` for VARCHAR, an ``int`` in
     its integer column's range, a ``Decimal`` (or a 64-bit ``int``) for DECIMAL, a ``bool`` for
-    BOOLEAN, a ``float`` (or an ``int`` it holds exactly) for DOUBLE or FLOAT, a ``date`` for DATE, a naive ``datetime`` for
-    TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for TIME, ``bytes`` for BLOB and a
+    BOOLEAN, a ``float`` (or an ``int`` it holds exactly) for DOUBLE or FLOAT, a ``date`` for DATE,
+    a naive ``datetime`` for TIMESTAMP, an aware one for TIMESTAMPTZ, a naive ``time`` for TIME, ``bytes`` for BLOB and a
     ``uuid.UUID`` for UUID are taken (exactly those classes, no subclass such as pandas' Timestamp),
     whether a parameter or a literal (a float literal is none: :func:`crr.sql.dml._constant` reads
     no :class:`Constant` of it; other values and types run the statement, which also refuses what
@@ -432,12 +432,11 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
     params = [] if params is None else params
     if params_at is None or not isinstance(params, list) or not 0 < len(params_at) <= POINT_ROWS:
         return None
-    if {c for at in params_at for c in at if type(c) is int} != set(range(len(params))):
+    if not _uses_every_param([c for at in params_at for c in at], params):
         return None  # too few or too many values: the statement runs, and DuckDB's error says which
     rows = []
     for at in params_at:
-        row = value_texts(columns, [c.value if isinstance(c, Constant) else None if c is None else params[c]
-                                    for c in at])
+        row = value_texts(columns, [_cell_value(c, params) for c in at])
         if row is None:
             return None
         rows.append(row)
@@ -445,6 +444,16 @@ def param_texts(columns: Sequence[Column], params_at: tuple[tuple[Cell, ...], ..
 
 
 _NOT_SIMPLE = object()
+
+
+def _uses_every_param(cells: Sequence[Cell], params: list) -> bool:
+    """Whether ``cells`` (:data:`crr.sql.dml.Cell`) name each of ``params`` by its position, and no other."""
+    return {c for c in cells if type(c) is int} == set(range(len(params)))
+
+
+def _cell_value(cell: Cell, params: list) -> object:
+    """The value a :data:`crr.sql.dml.Cell` stands for: its literal's, its parameter's, or NULL's."""
+    return cell.value if isinstance(cell, Constant) else None if cell is None else params[cell]
 
 
 @dataclass(frozen=True)
@@ -468,35 +477,18 @@ def keyed_update_texts(rel: Relation, by_key: KeyedUpdate | None, params: list |
     where = dict(by_key.where)
     if set(where) != set(rel.key):
         return None
-    cells = [c for _, c in (*by_key.sets, *by_key.where)]
-    if {c for c in cells if type(c) is int} != set(range(len(params))):
+    if not _uses_every_param([c for _, c in (*by_key.sets, *by_key.where)], params):
         return None  # too few or too many values: the statement runs, and DuckDB's error says which
     types = {c.name: c.type for c in rel.columns}
 
     def text(column: str, cell: Cell) -> object:
-        value = cell.value if isinstance(cell, Constant) else None if cell is None else params[cell]
-        return _param_text(types[column], value)
+        return _param_text(types[column], _cell_value(cell, params))
 
     key = tuple(text(c.name, where[c.name]) for c in rel.key_columns)
     sets = {rel.column_names.index(column): text(column, cell) for column, cell in by_key.sets}
     if any(t is _NOT_SIMPLE for t in (*key, *sets.values())):
         return None
     return ByKey(key, sets)  # type: ignore[arg-type]
-
-
-def texts_writable(columns: Sequence[Column]) -> bool:
-    """Whether :func:`value_texts` writes the texts of values of ``columns`` read from Arrow as Python
-    values (``to_pylist``; a 128-bit integer, which arrives as 16 bytes, read as an ``int``): every
-    type crr replicates is. A date or timestamp outside Python's years 1-9999 (``infinity`` too), or
-    one in a time zone Python does not know, fails to convert, and the reader takes another path; a
-    TIME of ``24:00:00`` arrives as midnight, whose text gives another tuple id than the one
-    received, which the reader checks."""
-    return all(type_family(col.type) in _ARROW_PYTHON_FAMILIES for col in columns)
-
-
-_ARROW_PYTHON_FAMILIES = frozenset({TypeFamily.INTEGER, TypeFamily.STRING, TypeFamily.BOOLEAN, TypeFamily.FLOAT,
-                                    TypeFamily.DECIMAL, TypeFamily.DATE, TypeFamily.TIMESTAMP, TypeFamily.TIMESTAMPTZ,
-                                    TypeFamily.TIME, TypeFamily.BLOB, TypeFamily.UUID})
 
 
 def value_texts(columns: Sequence[Column], values: Sequence[object]) -> tuple[str | None, ...] | None:
@@ -545,10 +537,8 @@ def _param_text(duckdb_type: str, value: object) -> object:
 
 
 def _time_text(value: datetime.time) -> str:
-    """DuckDB's text of a TIME holding the naive ``value``: the fraction of a second without its
-    trailing zeros, none when it is zero (``01:02:03.0004``)."""
-    text = f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
-    return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+    """DuckDB's text of a TIME holding the naive ``value`` (``01:02:03.0004``)."""
+    return _with_fraction(f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}", value.microsecond)
 
 
 def _utc_text(value: datetime.datetime) -> object:
@@ -567,8 +557,13 @@ def _utc_text(value: datetime.datetime) -> object:
 def _timestamp_text(value: datetime.datetime) -> str:
     """DuckDB's text of a TIMESTAMP holding the naive ``value``: ISO with a space, and the fraction of
     a second without its trailing zeros (``12:00:00.5``), none when it is zero."""
-    text = value.replace(microsecond=0).isoformat(sep=" ")
-    return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+    return _with_fraction(value.replace(microsecond=0).isoformat(sep=" "), value.microsecond)
+
+
+def _with_fraction(whole_seconds: str, microsecond: int) -> str:
+    """A time's text ``whole_seconds`` with the fraction of a second as DuckDB writes it: without its
+    trailing zeros, none when it is zero."""
+    return f"{whole_seconds}.{microsecond:06d}".rstrip("0") if microsecond else whole_seconds
 
 
 def _float_text(duckdb_type: str, value: float) -> object:
@@ -717,7 +712,7 @@ class PointWrite:
                     stored.add(int(id_))
                 else:
                     versions.setdefault(int(kh) if rel.key else int(id_), []).append(
-                        (int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
+                        _version(id_, cl, stamp, vis, rowid))
         for row in rows.values():
             row.stored = row.id in stored
             row.versions = versions.get(row.kh if rel.key else row.id, [])
@@ -749,7 +744,7 @@ class PointWrite:
                 found.append(texts + tuple(by_key.sets.get(at, text) for at, text in enumerate(texts)))
             else:
                 id_, kh, cl, stamp, vis, rowid = row[:6]
-                versions.setdefault(int(kh), []).append((int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)))
+                versions.setdefault(int(kh), []).append(_version(id_, cl, stamp, vis, rowid))
         return found, versions
 
     def _insert_new(self, rel: Relation, news: list[_Row], clock: HybridClock, seq: int,
@@ -847,6 +842,11 @@ class PointWrite:
             self.prepared.run(self.con, write_sql([sql for sql, _ in parts], then),
                               [p for _, params in parts for p in params] + cte_values(then))
         return bool(entries or tuples)
+
+
+def _version(id_: object, cl: object, stamp: object, vis: object, rowid: object) -> tuple[int, int, int, bool, int]:
+    """A looked-up entry of a key (or id) as :attr:`_Row.versions` holds it: (id, cl, stamp, vis, rowid)."""
+    return int(id_), int(cl), int(stamp or 0), bool(vis), int(rowid)  # type: ignore[arg-type]
 
 
 def _text_row(rel: Relation, key_at: list[int], texts: tuple[str | None, ...], new: bool) -> _Row:

@@ -43,7 +43,7 @@ from crr.changeset import ChangeKind, Changeset, RelationChanges
 from crr.id_sets import all_in, distinct_ids, id_storage
 from crr.merge import max_stamp
 from crr.cte import CteWrite
-from crr.point import POINT_ROWS, key_positions, new_rows_writes_sql, texts_writable, value_texts
+from crr.point import POINT_ROWS, key_positions, new_rows_writes_sql, value_texts
 from crr.types import key_hash_of_texts, quote_str, tuple_id_of_texts
 
 
@@ -80,7 +80,7 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
     nothing else (other replicated tables with no rows), every one passing the general path's checks
     (stamps at most ``max_clock_skew`` seconds ahead); None otherwise."""
     found = _one_table(held, cs, POINT_ROWS)
-    if found is None or not texts_writable(found[0].columns):
+    if found is None:
         return None
     rel, rc = found
     assert cs.cl is not None
@@ -89,10 +89,12 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
         id_storage(cs.cl.column("kh")).to_pylist(), id_storage(cs.cl.column("stamp")).to_pylist())}
     if len(entries) != cs.cl.num_rows:
         return None  # an id twice: the general path refuses it
-    try:
+    try:  # every type's values, as Python's (crr.point.value_texts writes their texts)
         values = [_python_values(rc.tuples.column(a.name), c.type) for a, c in zip(rel.aug_columns, rel.columns)]
     except (OverflowError, KeyError):
         return None  # a date or timestamp Python cannot hold (a year past 9999, infinity), a time zone it does not know
+    # (a TIME of 24:00:00 arrives as midnight, whose text gives another tuple id: the id check below
+    # sends the merge to another route)
     not_null = [i for i, c in enumerate(rel.columns) if c.name in rel.not_null]
     key_at = key_positions(rel)
     latest = max_stamp(max_clock_skew)
@@ -120,7 +122,7 @@ def received_new_rows(held: list[tuple[Relation, RelationChanges]], cs: Changese
 
 
 def _python_values(column: pa.ChunkedArray, duckdb_type: str) -> list:
-    """A received column's values as Python's (:func:`crr.point.texts_writable`): a HUGEINT or UHUGEINT
+    """A received column's values as Python's (:func:`crr.point.value_texts` reads them): a HUGEINT or UHUGEINT
     arrives as 16 little-endian bytes (:data:`crr.changeset.UHUGEINT`), read as an ``int``."""
     values = column.to_pylist()
     if duckdb_type in ("HUGEINT", "UHUGEINT"):

@@ -210,25 +210,50 @@ def _params_at(tree: exp.Insert, names: list[str], target_cols: list[str]) -> tu
     values = tree.expression
     if not isinstance(values, exp.Values):
         return None
-    rows, next_param = [], 0
+    rows, cells = [], _Cells()
     for row in values.expressions:
         if not isinstance(row, exp.Tuple) or len(row.expressions) != len(target_cols):
             return None
         at: dict[str, Cell] = {}
-        for col, cell in zip(target_cols, row.expressions):
-            if isinstance(cell, exp.Placeholder) and cell.this is None:
-                at[col], next_param = next_param, next_param + 1
-            elif isinstance(cell, exp.Null):
-                at[col] = None
-            else:
-                constant = _constant(cell)
-                if constant is None:
-                    return None
-                at[col] = constant
+        for col, e in zip(target_cols, row.expressions):
+            cell = cells.read(e)
+            if cell is _NOT_A_CELL:
+                return None
+            at[col] = cell
         rows.append(tuple(at.get(name) for name in names))
-    if next_param != sum(1 for _ in tree.find_all(exp.Placeholder)):
+    if not cells.every_param_read(tree):
         return None  # a parameter outside the VALUES cells: positions would not line up
     return tuple(rows)
+
+
+class _NotACell:
+    """The kind of :data:`_NOT_A_CELL`."""
+
+
+_NOT_A_CELL = _NotACell()
+"""What :meth:`_Cells.read` gives for an expression that is no :data:`Cell` (a column, a call...)."""
+
+
+class _Cells:
+    """Reads the cells of a statement in the order written, numbering its ``?`` parameters so."""
+
+    def __init__(self) -> None:
+        self.params = 0  # the ``?`` read so far
+
+    def read(self, e: exp.Expression) -> Cell | _NotACell:
+        """``e`` as a :data:`Cell`: a ``?`` (its position), NULL (None), a literal :func:`_constant`
+        takes, or :data:`_NOT_A_CELL`."""
+        if isinstance(e, exp.Placeholder) and e.this is None:
+            self.params += 1
+            return self.params - 1
+        if isinstance(e, exp.Null):
+            return None
+        constant = _constant(e)
+        return _NOT_A_CELL if constant is None else constant
+
+    def every_param_read(self, tree: exp.Expression) -> bool:
+        """Whether the cells read hold every parameter of ``tree`` (else positions would not line up)."""
+        return self.params == sum(1 for _ in tree.find_all(exp.Placeholder))
 
 
 def _constant(cell: exp.Expression) -> Constant | None:
@@ -322,24 +347,13 @@ def _keyed_update(tree: exp.Update, assignments: dict[str, exp.Expression], name
     are numbered in the order written: the SET values, then the WHERE's equalities left to right."""
     if tree.args.get("with") is not None or tree.args.get("with_") is not None:
         return None
-    next_param = 0
-
-    def cell_of(e: exp.Expression) -> Cell | bool:
-        nonlocal next_param
-        if isinstance(e, exp.Placeholder) and e.this is None:
-            next_param += 1
-            return next_param - 1
-        if isinstance(e, exp.Null):
-            return None
-        constant = _constant(e)
-        return False if constant is None else constant  # False: not a cell
-
-    sets = []
+    cells = _Cells()
+    sets: list[tuple[str, Cell]] = []
     for col, value in assignments.items():
-        cell = cell_of(value)
-        if cell is False:
+        cell = cells.read(value)
+        if cell is _NOT_A_CELL:
             return None
-        sets.append((col, cell))
+        sets.append((col, cell))  # type: ignore[arg-type]
     where: list[tuple[str, Cell]] = []
     condition = tree.args["where"].this
     for eq in (condition.flatten() if isinstance(condition, exp.And) else [condition]):
@@ -349,11 +363,11 @@ def _keyed_update(tree: exp.Update, assignments: dict[str, exp.Expression], name
         if (not isinstance(column, exp.Column) or column.name not in names or column.db or column.catalog
                 or column.table not in ("", qualifier) or any(c == column.name for c, _ in where)):
             return None
-        cell = cell_of(value)
-        if cell is False:
+        cell = cells.read(value)
+        if cell is _NOT_A_CELL:
             return None
-        where.append((column.name, cell))
-    if next_param != sum(1 for _ in tree.find_all(exp.Placeholder)):
+        where.append((column.name, cell))  # type: ignore[arg-type]
+    if not cells.every_param_read(tree):
         return None  # a parameter elsewhere: positions would not line up
     return KeyedUpdate(tuple(sets), tuple(where))
 
