@@ -236,7 +236,7 @@ def cl_insert_sql(rel: Relation, count: int) -> str:
 
 
 def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
-                        then: Sequence[CteWrite] = ()) -> str:
+                        then: Sequence[CteWrite] = (), counted: bool = True) -> str:
     """``Statement.NEW_ROWS_INSERT``: an INSERT of ``count`` rows new to the site, written whole or
     not at all, in one statement: their causal-length entries (each of length 1 and visible),
     written only if the site has no entry of any of their key hashes (keyed) or ids (unkeyed), then
@@ -262,8 +262,10 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     (:meth:`crr.maintain.Maintainer.appends`), which reads the CTE :data:`NEW_TUPLES` (the written tuples,
     ``id`` and AUG columns) and their entries, and, for a merge, the tracked cursor
     (:mod:`crr.tracked_cursors`); their parameters follow the others. The statement
-    returns one row: the count of APP rows of the table it wrote, then the count of rows each
-    further write returned, in order."""
+    returns one row: the count of APP rows of the table it wrote, then, if ``counted``, the count
+    of rows each further write returned, in order (a merge reports them; a local INSERT has no use
+    for them, and leaving their subqueries out took 0.7-0.9 ms off a 10-12 ms INSERT into a table
+    with a projection and a join view, measured interleaved in one process, stop 64)."""
     params = ", ".join(["?::UHUGEINT"] * count)
     # any entry of a key: a check of present versions and ids only (a key whose versions are all
     # deleted is new rows too) cost 0.2 ms (200 rows) to 0.5 ms (1M) more, as DuckDB then reads two
@@ -280,17 +282,19 @@ def new_rows_insert_sql(rel: Relation, count: int, unchecked_entries: bool,
     else:
         entries = f"{_select_rows(entry, count)} WHERE NOT EXISTS (SELECT 1 FROM {SCHEMA}.cl WHERE {stored})"
         tuples = f"{_select_rows(tuple_, count)} WHERE EXISTS (SELECT 1 FROM entries)"
-    return new_rows_writes_sql(rel, entries, tuples, then)
+    return new_rows_writes_sql(rel, entries, tuples, then, counted)
 
 
-def new_rows_writes_sql(rel: Relation, entries: str, tuples: str, then: Sequence[CteWrite] = ()) -> str:
+def new_rows_writes_sql(rel: Relation, entries: str, tuples: str, then: Sequence[CteWrite] = (),
+                        counted: bool = True) -> str:
     """The writes of rows new to the site, as one statement of data-modifying CTEs: their
     causal-length entries (``entries``: a SELECT of ``id, rel, cl, kh, stamp, vis, seq``, which
     selects nothing when the rows are not all new), their AUG tuples (``tuples``: a SELECT of ``id,
     AUG columns..., seq``, selecting nothing when the CTE ``entries`` returned nothing), their APP
     rows, and ``then`` (see :func:`new_rows_insert_sql`, which writes rows given as parameters, and
     :func:`crr.point_merge.received_rows_insert_sql`, rows of a changeset). Returns the count of
-    the APP rows written (with ``then``: then the rows each of ``then`` returned)."""
+    the APP rows written (with ``then`` and ``counted``: then the rows each of ``then`` returned;
+    ``then``'s writes run whether the statement counts their rows or not)."""
     names = ", ".join(c.name for c in rel.aug_columns)
     cols = ", ".join(quote_ident(c) for c in rel.column_names)
     head = (f"WITH entries AS (INSERT INTO {SCHEMA}.cl (id, rel, cl, kh, stamp, vis, seq) {entries} RETURNING id), "
@@ -298,7 +302,8 @@ def new_rows_writes_sql(rel: Relation, entries: str, tuples: str, then: Sequence
     app = f"INSERT INTO {rel.app} ({cols}) SELECT {names} FROM {NEW_TUPLES}"
     if not then:
         return head + app
-    counts = ", ".join(f"(SELECT count(*) FROM {name})" for name in ["app", *(name for name, _, _ in then)])
+    counted_ctes = ["app", *(name for name, _, _ in then)] if counted else ["app"]
+    counts = ", ".join(f"(SELECT count(*) FROM {name})" for name in counted_ctes)
     return head + f", app AS ({app} RETURNING 1), " + ", ".join(ctes(then)) + f" SELECT {counts}"
 
 
@@ -761,22 +766,25 @@ class PointWrite:
         if rel.key:
             _check_keys(rel, distinct, freed=set(), updating=False)
             stamp = clock.tick()
-        if not self._new_rows(rel, distinct, [stamp] * len(distinct), seq, unchecked_entries, then)[0]:
+        # a local INSERT reads only its own count
+        if not self._new_rows(rel, distinct, [stamp] * len(distinct), seq, unchecked_entries, then, counted=False)[0]:
             return None
         ids = [r.id for r in distinct]
         return PointResult(len(news), True, [(i, True) for i in ids], [(r.id, r.values) for r in distinct], sorted(ids))
 
     def _new_rows(self, rel: Relation, distinct: list[_Row], stamps: list[int], seq: int,
-                  unchecked_entries: bool, then: Sequence[CteWrite]) -> tuple[int, ...]:
+                  unchecked_entries: bool, then: Sequence[CteWrite], counted: bool = True) -> tuple[int, ...]:
         """Run :data:`Statement.NEW_ROWS_INSERT` for rows of distinct ids and keys, each with its
-        entry's stamp; return its counts (the first is 0 when it wrote nothing)."""
+        entry's stamp; return its counts (the first is 0 when it wrote nothing; then, if
+        ``counted``, the rows each of ``then``'s writes returned)."""
         ids = [r.id for r in distinct]
         probe = [r.kh for r in distinct] if rel.key else ids  # distinct: the callers refused a repeated key
         params = [p for r, stamp in zip(distinct, stamps) for p in (r.id, r.kh, stamp, seq)] + probe + \
             (ids if unchecked_entries else []) + [p for r in distinct for p in (r.id, *r.values, seq)] + cte_values(then)
         # prepared: binding it costs more than running it (the rows and lookup statements gain
         # nothing from it, measured)
-        return self.prepared.run(self.con, new_rows_insert_sql(rel, len(distinct), unchecked_entries, then), params)[0]
+        sql = new_rows_insert_sql(rel, len(distinct), unchecked_entries, then, counted)
+        return self.prepared.run(self.con, sql, params)[0]
 
     def _entries(self, rel: Relation, olds: list[_Row], news: list[_Row], clock: HybridClock) -> dict[int, _Entry]:
         """The causal-length entries the write changes, checking NOT NULL and key rules first."""
