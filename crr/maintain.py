@@ -62,7 +62,7 @@ from crr.causal import (CL, EntryHome, ListedIds, LocalEntries, ReceivedEntries,
                         takes_first_insert, takes_later_update, tuples_without_entries_sql)
 from crr.maintain_sql import (alive_sql, any_rows_sql, app_append_sql, app_remove_sql, base_tuples_insert_sql,
                                dirty_monomials, held_sql, holding_flipped_sql, listed_probes, lost_derivations_sql,
-                               members_merge_sql, membership_changes_sql, mid_sql, monomials_insert_sql,
+                               lost_tuples_sql, members_merge_sql, membership_changes_sql, mid_sql, monomials_insert_sql,
                                narrowed_visibility, temp_table)
 from crr.types import quote_ident, quote_str, tuple_id_sql
 from crr.sql.compile import IDS
@@ -1441,14 +1441,19 @@ class Maintainer:
         longest = self._longest(view)
         held = f"_crr_held{n}"
         dirty = f"({holding_flipped_sql(view, '', ['vid'], longest, listed)})"
-        left = f"SELECT {cols_sql(view)} FROM ({self._held_membership(view, held)}) WHERE NOT keep"
+        left = lost_tuples_sql(view, held, self._held_visibility(view, held))
         return [added, (held, held_sql(view, dirty), [*gone] * listed_probes(longest)),
                 (f"_crr_gone{n}", app_remove_sql(view, left), []), app]
 
     def _held_membership(self, view: Relation, held: str) -> str:
         """:func:`membership_changes_sql` of the tuples whose monomials the CTE ``held`` lists
-        (:func:`held_sql`), over the visibility of their ids alone (:func:`narrowed_visibility`)."""
-        return membership_changes_sql(view, f"{held} m", narrowed_visibility(self._visibility(view), held, view.wide))
+        (:func:`held_sql`), over the visibility of their ids alone (:meth:`_held_visibility`)."""
+        return membership_changes_sql(view, f"{held} m", self._held_visibility(view, held))
+
+    def _held_visibility(self, view: Relation, held: str) -> str:
+        """FROM text of the visibility ``(id, vis)`` of the ids the monomials the CTE ``held``
+        lists hold, alone (:func:`narrowed_visibility`)."""
+        return narrowed_visibility(self._visibility(view), held, view.wide)
 
     def one_statement_views(self, rel: Relation, derived: list[str], delta: str) -> list[tuple[Relation, str]] | None:
         """Each relation ``derived`` from ``rel`` with the SQL of its candidate monomials from
@@ -1506,8 +1511,8 @@ class Maintainer:
         monomial holding such an id (its "dirty" tuples, :func:`holding_flipped_sql`). So per view,
         one DELETE of its APP rows: for a view whose tuples have one derivation each
         (:meth:`_only_derivations_lost`), the tuples of those monomials; otherwise the dirty tuples
-        none of whose monomials is alive any more (:func:`membership_changes_sql` over the
-        visibility the statement's own entry update left, which the statements after it see).
+        none of whose monomials is alive any more (:func:`lost_tuples_sql` over the visibility
+        the statement's own entry update left, which the statements after it see).
         """
         self._note_flips(grown, {rel.name})
         parts: list[CteWrite] = []
@@ -1520,8 +1525,7 @@ class Maintainer:
                 gone = lost_derivations_sql(view, grown, len(plan.branches[0].occurrences))
             else:
                 parts.append((f"_crr_held{n}", held_sql(view, f"({self._holding_flipped(view)})"), []))
-                changes = self._held_membership(view, f"_crr_held{n}")
-                gone = f"SELECT {cols_sql(view)} FROM ({changes}) WHERE NOT keep"
+                gone = lost_tuples_sql(view, f"_crr_held{n}", self._held_visibility(view, f"_crr_held{n}"))
             parts.append((f"_crr_gone{n}", app_remove_sql(view, gone), []))
         return parts
 

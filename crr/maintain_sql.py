@@ -123,6 +123,23 @@ def membership_changes_sql(rel: Relation, held: str, visibility: str) -> str:
         SELECT {cols_sql(rel)}, keep FROM (SELECT vid, bool_or(ok) AS keep, {values} FROM ({alive}) GROUP BY vid)"""
 
 
+def lost_tuples_sql(rel: Relation, held: str, visibility: str) -> str:
+    """SELECT text of the AUG columns of the tuples whose monomials the CTE ``held`` lists
+    (:func:`held_sql`) none of which is alive, every id visible in ``visibility`` (``id, vis``): the
+    rows of :func:`membership_changes_sql` that do not ``keep``, for a write that can only remove
+    tuples. A tuple's row repeats once per monomial (a DELETE ... USING removes it once). Anti-joins
+    in place of the grouping by tuple: 1.0 ms off a single-row DELETE or UPDATE with a projection
+    and a join view (7.5 against 6.5 ms, interleaved in one process, stop 64), as DuckDB's hash
+    aggregate runs a pipeline of its own."""
+    if rel.wide:  # a monomial is dead when one of its ids is not visible
+        dead = (f"SELECT u.vid, u.mid FROM (SELECT vid, mid, unnest(ids) AS id FROM {held}) u "
+                f"ANTI JOIN (SELECT c.id FROM {visibility} c WHERE c.vis) v ON v.id = u.id")
+        alive = f"SELECT a.vid FROM {held} a ANTI JOIN ({dead}) x ON x.vid = a.vid AND x.mid = a.mid"
+    else:  # one id per monomial: mid is that id
+        alive = f"SELECT a.vid FROM {held} a JOIN {visibility} c ON c.id = a.mid WHERE c.vis"
+    return f"SELECT {cols_sql(rel, 'm')} FROM {held} m ANTI JOIN ({alive}) k ON k.vid = m.vid"
+
+
 def dirty_monomials(rel: Relation, dirty: str) -> str:
     """FROM item (``m``) of ``rel``'s monomials of the tuples whose vids ``dirty`` selects (maybe
     repeated, read by a semi-join)."""
