@@ -214,7 +214,7 @@ def _run_rows(state: SiteState, stmt: Dml, rel: Relation, rq: dml.RowQueries, pa
     m = state.maintainer() if derived else None  # builds their statements for this write
     new_tried = False  # whether the one statement of rows new to the site ran (and wrote nothing)
     general = False  # whether a view failed inside a write's one statement: the general path names it
-    appends = m.appends(rel, derived, NEW_TUPLES) if m is not None and given is not None else None
+    appends = m.appends(rel, derived, NEW_TUPLES, one_row=len(given) == 1) if m is not None and given is not None else None
     if given is not None and (appends is not None or not derived):
         # 1. rows new to the site, with the maintenance of the relations reading the table if any:
         # one statement, no lookup, its own transaction (DuckDB commits it on its own)
@@ -357,9 +357,10 @@ def _rewrites(m: Maintainer, rel: Relation, derived: list[str]) -> ThenWrites | 
             # only the added rows turn visible, and they are new to the table (an INSERT of rows
             # whose ids have no visible entry, an UPDATE's new versions): the flips are not read
             if not gone:
-                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=True)]
+                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=True, one_row=len(added) == 1)]
             if len(gone) <= MAX_LISTED_IDS:
-                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=False, replaced=gone)]
+                return [written, *m.rewrites(rel, views, FLIPPED, fresh, only_new=False, replaced=gone,
+                                             one_row=len(added) == 1)]
         return [(FLIPPED, flips_values_sql(len(flips)), [p for flip in flips for p in flip]), written,
                 *m.rewrites(rel, views, FLIPPED, fresh, only_new=False)]
     return then

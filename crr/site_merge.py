@@ -161,7 +161,7 @@ def _merge_new_rows(state: SiteState, cs: Changeset, held: list[tuple[Relation, 
         return None
     derived = state.rels.derived_from(rel.name)
     m = state.maintainer()
-    appends = m.appends(rel, derived, NEW_TUPLES) if derived else []
+    appends = m.appends(rel, derived, NEW_TUPLES, one_row=rows is not None and len(rows.ids) == 1) if derived else []
     if appends is None:
         return None
     then = list(appends)
