@@ -208,6 +208,12 @@ def view_query_failed(error: BaseException) -> bool:
 
 _AUG_SOURCE_COLUMN = re.compile(r"\bsource column (c[0-9]+)\b")
 
+# the most relations a point write maintains inside its own statement; with more it takes the general
+# path. DuckDB's binder nests a statement's CTEs and subqueries, and refuses one past its
+# ``max_expression_depth`` (1000): a merge of one row into a table that 260 views read failed so
+# (found by a probe), a local INSERT at about 700. 32 keeps the one statement far below that.
+MAX_STATEMENT_VIEWS = 32
+
 
 def _view_inputs(rels: Mapping[str, Relation], view: str) -> list[Relation]:
     """The relations the query of ``view`` reads, as the catalog ``rels`` holds them (none for a
@@ -1471,7 +1477,10 @@ class Maintainer:
         is a view of replicated tables only, whose lineages are disjoint (so each
         candidate holds one of the new rows' ids, which no older monomial holds), whose plan has one
         delta query for ``rel``, and whose monomials all have the one length its ``$m`` holds
-        already (no absorption, no catalog change); None otherwise."""
+        already (no absorption, no catalog change); None otherwise, and when there are more than
+        :data:`MAX_STATEMENT_VIEWS` of them."""
+        if len(derived) > MAX_STATEMENT_VIEWS:
+            return None
         self.new_base[rel.name] = delta
         out = []
         for name in derived:
@@ -1513,7 +1522,8 @@ class Maintainer:
         sql, parameters)``. ``grown`` names the CTE that returns the ids (``id``) of the entries the
         DELETE grew to an even length (the present versions of the removed rows' keys), written
         before them. None when a relation is not a view maintained here (a remote copy, a co-located
-        or aggregate view): the caller then takes the general path.
+        or aggregate view), or there are more than :data:`MAX_STATEMENT_VIEWS`: the caller then
+        takes the general path.
 
         A DELETE only turns ids invisible: a view's tuple can only leave, and only a tuple with a
         monomial holding such an id (its "dirty" tuples, :func:`holding_flipped_sql`). So per view,
@@ -1522,6 +1532,8 @@ class Maintainer:
         none of whose monomials is alive any more (:func:`lost_tuples_sql` over the visibility
         the statement's own entry update left, which the statements after it see).
         """
+        if len(derived) > MAX_STATEMENT_VIEWS:
+            return None
         self._note_flips(grown, {rel.name})
         parts: list[CteWrite] = []
         for n, name in enumerate(derived):
