@@ -130,12 +130,13 @@ def _duckdb_aggregates() -> set[str]:
 
 def is_aggregate(query: exp.Expression) -> bool:
     """Whether a view query aggregates (GROUP BY, HAVING, or an aggregate function in its SELECT list;
-    one inside a subquery aggregates the subquery, not the view)."""
+    one inside a subquery aggregates the subquery, not the view, and one with OVER is a window
+    function, which the view's validation refuses by that name)."""
     if not isinstance(query, exp.Select):
         return False
     if query.args.get("group") or query.args.get("having"):
         return True
-    inner = (exp.Select, exp.Subquery, exp.Exists)
+    inner = (exp.Select, exp.Subquery, exp.Exists, exp.Window)
     return any(_is_aggregate_call(node) for e in query.expressions
                for node in e.walk(prune=lambda n: isinstance(n, inner)) if not isinstance(node, inner))
 

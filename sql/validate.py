@@ -28,7 +28,8 @@ NON_DETERMINISTIC = {
 def refuse(construct: str, hint: str = "") -> UnsupportedSqlError:
     """Build the error for an unsupported construct in a view query."""
     msg = f"materialized views do not support {construct}"
-    msg += f"; {hint}" if hint else "; views are SPJR + UNION: SELECT, FROM with inner joins, WHERE, DISTINCT, UNION"
+    msg += f"; {hint}" if hint else ("; views are SPJR + UNION: SELECT, FROM with inner joins, WHERE, DISTINCT, UNION, "
+                                     "or a GROUP BY of such a query with COUNT, SUM, AVG, MIN or MAX")
     return UnsupportedSqlError(msg)
 
 
