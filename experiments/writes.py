@@ -13,7 +13,13 @@ Sides (the ``algorithm`` of a record), all tables ``(k INTEGER, v VARCHAR)``:
 * ``plain-duckdb``: a plain DuckDB table with ``PRIMARY KEY (k)``.
 
 Each kind runs ``ops`` statements on rows ``k = 0 .. ops-1``: INSERT ``(k, 'x')``, then UPDATE
-``v = 'y<k>'``, then DELETE, so every statement hits one present row. With ``rows`` > 0 every table
+``v = 'y<k>'``, then DELETE, so every statement hits one present row. The sides take turns of
+:data:`TURN` statements each (rows ``k`` .. ``k + TURN - 1`` on every side, the first side of a
+round moving one on per round), so each side still runs its statement back to back, as an
+application writing rows does, while the machine's drift over a run weighs on every side alike:
+run one side after another, plain DuckDB's own p50 moved by up to 70% between runs here (stop
+64), and the ratios with it. Statements one at a time in turn made plain DuckDB's p50 20-60%
+slower (each came after other tables' writes), so the turns are that long. With ``rows`` > 0 every table
 (each side's, not ``d``) first holds that many other rows (keys from ``ops`` on, joining nothing), so a
 write's cost at a realistic table size shows: crr keeps every table's causal-length entries in one
 table, ``_crr.cl``, that a point write probes without an index, as DuckDB does a plain table's rows
@@ -35,6 +41,8 @@ STATEMENTS = {
     "update": ("UPDATE {t} SET v = ? WHERE k = ?", lambda i: [f"y{i}", i]),
     "delete": ("DELETE FROM {t} WHERE k = ?", lambda i: [i]),
 }
+TURN = 10  # statements a side runs before the next side's turn
+
 SIDES = {  # algorithm label -> (table, crr side?)
     "crr (keyed)": ("t", True),
     "crr (unkeyed)": ("u", True),
@@ -79,22 +87,26 @@ def run(ops: int, progress: Callable[[str], None] = lambda s: None, rows: int = 
             progress(f"loading {rows} rows into each table")
         _setup(site, ops, rows)
         plain = site._con  # the same file and connection, outside crr
+        labels = list(SIDES)
         for kind, (template, params_of) in STATEMENTS.items():
-            progress(f"{ops} single-row {kind.upper()}s on each side")
-            for label, (table, via_crr) in SIDES.items():
-                sql = template.format(t=table)
-                samples = []
-                for i in range(ops):
-                    params = params_of(i)
-                    t0 = time.perf_counter()
-                    if via_crr:
-                        site.execute(sql, params)
-                    else:
-                        plain.execute(sql, params).fetchall()
-                    samples.append(time.perf_counter() - t0)
+            progress(f"{ops} single-row {kind.upper()}s on each side, interleaved")
+            samples: dict[str, list[float]] = {label: [] for label in labels}
+            for n, start in enumerate(range(0, ops, TURN)):
+                for label in labels[n % len(labels):] + labels[:n % len(labels)]:
+                    table, via_crr = SIDES[label]
+                    sql = template.format(t=table)
+                    for i in range(start, min(ops, start + TURN)):
+                        params = params_of(i)
+                        t0 = time.perf_counter()
+                        if via_crr:
+                            site.execute(sql, params)
+                        else:
+                            plain.execute(sql, params).fetchall()
+                        samples[label].append(time.perf_counter() - t0)
+            for label in labels:
                 records.append({"experiment": f"write-{kind}", "algorithm": label, "n": ops, "rows": rows,
-                                "views": 2 if "views" in label else 0, "seconds": statistics.median(samples),
-                                "p50": _pct(samples, 50), "p99": _pct(samples, 99)})
+                                "views": 2 if "views" in label else 0, "seconds": statistics.median(samples[label]),
+                                "p50": _pct(samples[label], 50), "p99": _pct(samples[label], 99)})
             _check(site, kind)
         site.close()
     return records

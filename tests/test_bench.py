@@ -171,6 +171,34 @@ def test_bench_writes(tmp_path):
         assert r["views"] == (2 if r["algorithm"].startswith("crr+views") else 0)
 
 
+def test_bench_writes_sides_take_turns(monkeypatch):
+    """Each side runs its statements in turns of ``TURN`` rows, every side once per round, the first
+    side moving on by one each round, so the machine's drift reaches every side alike."""
+    from crr.bench import writes
+    from crr.site import Site
+    ran: list[tuple[str, str, int]] = []
+    execute = Site.execute
+
+    def recording(self, sql, params=None):
+        if sql.split()[0] in ("INSERT", "UPDATE", "DELETE") and params is not None:
+            kind, words = sql.split()[0], sql.split()
+            ran.append((kind, words[1 if kind == "UPDATE" else 2], params[0] if kind == "INSERT" else params[-1]))
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(Site, "execute", recording)
+    monkeypatch.setattr(writes, "TURN", 3)
+    writes.run(7)
+    crr_tables = ["t", "u", "tv", "uv"]
+    for kind in ("INSERT", "UPDATE", "DELETE"):
+        order = [(table, row) for k, table, row in ran if k == kind and table in crr_tables]
+        # rounds of rows 0-2, 3-5, 6; in round n the sides start at the n-th (plain DuckDB, the fifth side, not recorded)
+        rounds = [[0, 1, 2], [3, 4, 5], [6]]
+        sides = list(writes.SIDES)
+        expected = [(writes.SIDES[label][0], row) for n, rows in enumerate(rounds)
+                    for label in sides[n % 5:] + sides[:n % 5] if writes.SIDES[label][1] for row in rows]
+        assert order == expected, kind
+
+
 def test_bench_writes_on_tables_holding_rows(tmp_path):
     """``--rows`` loads every side's table first (the views then hold them too: the bench's own check
     compares each view with its query after every kind, and raises if one differs)."""
