@@ -1,4 +1,4 @@
-"""``crr serve``, ``crr sql`` and ``crr status``.
+"""``crr serve`` (of a DuckDB site, or with ``--spark`` of a Spark site), ``crr sql`` and ``crr status``.
 
 Arguments are checked before anything is opened: a bad ``--listen``, ``--peer``, ``--allow``,
 ``--pull-interval`` or ``--log-level`` is refused by the parser; a missing or unreadable
@@ -98,6 +98,21 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def spark_conf(text: str) -> tuple[str, str]:
+    """``--spark-conf KEY=VALUE``."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a Spark setting, e.g. spark.executor.memory=4g), "
+                                         f"not {text!r}")
+    return key.strip(), value
+
+
+def spark_site_folder(path: str) -> bool:
+    """Whether ``path`` is the folder of a Spark site (:mod:`crr.spark.store`'s layout: its
+    ``CURRENT`` manifest pointer and ``manifests`` folder), read without starting Spark."""
+    return os.path.isfile(os.path.join(path, "CURRENT")) and os.path.isdir(os.path.join(path, "manifests"))
+
+
 def site_id_arg(text: str) -> str:
     """A site id: not empty, no surrounding or inner whitespace."""
     if not text.strip() or text.strip() != text or any(c.isspace() for c in text):
@@ -108,7 +123,8 @@ def site_id_arg(text: str) -> str:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register the sync commands."""
     p = sub.add_parser("serve", help="run a site as a long-lived process that syncs with its peers")
-    p.add_argument("--db", required=True, help="the site's DuckDB file (created if missing; its folder must exist)")
+    p.add_argument("--db", required=True, help="the site's DuckDB file, or with --spark its folder (created if "
+                   "missing; the folder it lies in must exist)")
     p.add_argument("--listen", type=listen_address, default=("127.0.0.1", 0), metavar="HOST:PORT",
                    help="address to accept peers on (default 127.0.0.1:0: loopback, any free port)")
     p.add_argument("--peer", type=peer_address, action="append", default=[], metavar="HOST:PORT",
@@ -130,6 +146,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="require this key of a peer site (repeatable)")
     p.add_argument("--no-trust-on-first-use", action="store_true",
                    help="refuse every peer whose key is not pinned yet (with --pin or in the trust file)")
+    p.add_argument("--spark", metavar="MASTER",
+                   help="serve a Spark site: --db is then its folder (created if missing), and MASTER the Spark "
+                        "master URL (local[2], spark://host:7077, yarn, ...)")
+    p.add_argument("--spark-conf", type=spark_conf, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting of the served Spark site's session, e.g. spark.executor.memory=4g "
+                        "(repeatable; with --spark)")
     p = sub.add_parser("sql", help="run one statement against a site (through crr serve if it is running)")
     p.add_argument("--db", required=True, help="the site's DuckDB file; CREATE REPLICATED/REMOTE TABLE, CREATE "
                    "REMOTE SOURCE and CREATE MATERIALIZED VIEW create it if missing")
@@ -217,6 +239,10 @@ def check_db_path(db: str) -> None:
     if not db:
         raise UsageError("--db needs the path of the site's DuckDB file")
     if os.path.isdir(db):
+        if spark_site_folder(db):
+            raise UsageError(f"--db {db} is a Spark site's folder: serve it with crr serve --db {db} --spark MASTER, "
+                             "then crr sql and crr status reach it through that serve (or open it in Python with "
+                             "crr.spark.SparkSite)")
         raise UsageError(f"--db {db} is a folder; give the site's DuckDB file, e.g. {os.path.join(db, 'site.duckdb')}")
     if os.path.exists(db) and not os.path.isfile(db):  # a FIFO or a device: DuckDB would block or fail on it
         raise UsageError(f"--db {db} is not a regular file; give the site's DuckDB file")
@@ -356,7 +382,12 @@ def _serve(args: argparse.Namespace) -> int:
     from crr.sync.control import socket_path
     from crr.sync.service import SyncService
     secret = load_secret(args.secret_file)
-    check_db_path(args.db)
+    if args.spark_conf and not args.spark:
+        raise UsageError("--spark-conf sets the session of a served Spark site; give --spark MASTER too")
+    if args.spark:
+        check_spark_folder(args.db)
+    else:
+        check_db_path(args.db)
     check_socket_path(args.db)
     if args.db != ":memory:" or args.key_file:
         check_file_option(args.key_file or os.path.abspath(args.db) + ".key", "--key-file",
@@ -365,7 +396,7 @@ def _serve(args: argparse.Namespace) -> int:
         check_file_option(args.trust_file or os.path.abspath(args.db) + ".peers.json", "--trust-file",
                           default=not args.trust_file, written=not args.no_trust_on_first_use)
     # a file that is no DuckDB database, or one another process holds, is refused here
-    if site_state(args.db) == "plain":
+    if not args.spark and site_state(args.db) == "plain":
         raise UsageError(f"{args.db} is a DuckDB database but not a crr site; crr serve does not turn it into "
                          f"one: make it a site with crr sql --db {args.db} --create first, or give another --db")
     check_listen(*args.listen)
@@ -375,7 +406,13 @@ def _serve(args: argparse.Namespace) -> int:
         allow.setdefault(site_id, set()).update(rels)
     logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    site = open_site(args.db, site_id=args.site_id)
+    spark = start_spark(args.spark, args.spark_conf) if args.spark else None
+    try:
+        site = open_spark_site(spark, args.db, args.site_id) if spark is not None else open_site(args.db, args.site_id)
+    except BaseException:
+        if spark is not None:
+            spark.stop()
+        raise
     service = discovery = None
     try:
         try:
@@ -406,7 +443,48 @@ def _serve(args: argparse.Namespace) -> int:
         if service:
             service.stop()
         site.close()
+        if spark is not None:
+            spark.stop()
     return 0
+
+
+def check_spark_folder(db: str) -> None:
+    """Refuse a ``--db`` that cannot be a Spark site's folder: a file, or a path in a folder that does
+    not exist (the folder itself is created)."""
+    if not db or db == ":memory:":
+        raise UsageError("--db with --spark needs the path of the Spark site's folder (created if missing)")
+    if os.path.exists(db) and not os.path.isdir(db):
+        raise UsageError(f"--db {db} is a file; with --spark give the Spark site's folder (a DuckDB site is "
+                         "served without --spark)")
+    parent = os.path.dirname(os.path.abspath(db))
+    if not os.path.isdir(parent):
+        raise UsageError(f"the folder {os.path.dirname(db) or parent} of --db {db} does not exist; create it first")
+
+
+def start_spark(master: str, conf: list[tuple[str, str]]) -> Any:
+    """A SparkSession on ``master`` with ``conf`` (``--spark``, ``--spark-conf``); one that cannot start
+    (no pyspark, no Java, a master that does not answer) is a CrrError saying what to do."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise CrrError("--spark needs pyspark: pip install 'crr[spark]' (and a Java 17 runtime)") from None
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName("crr serve").config("spark.ui.showConsoleProgress", "false")
+    for key, value in conf:
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - Java missing, a master URL Spark cannot use, ...
+        raise CrrError(f"cannot start Spark on master {master}: {one_line(str(e))}; check --spark (and that "
+                       "java is on the PATH)") from None
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def open_spark_site(spark: Any, folder: str, site_id: str | None) -> Any:
+    """Open (or create) the Spark site in ``folder``."""
+    from crr.spark import SparkSite
+    return SparkSite(spark, folder, site_id=site_id)
 
 
 # -- crr sql and crr status ---------------------------------------------------------------------------

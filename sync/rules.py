@@ -1,7 +1,7 @@
 """Write rules: what an authenticated peer may make this site merge (the rule is in ``sync/PROTOCOL.md``).
 
 A changeset answering a pull is checked against the sender's ``--allow`` rules before it is merged;
-only the public crr API is used (``Site.relations``, ``Site.lineage``, ``Changeset``).
+only the public site API is used (``relations``, ``lineage``: :class:`crr.sync.served.ServedSite`), and ``Changeset``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from crr.changeset import ChangeKind, Changeset
 from crr.errors import ChangesetError
-from crr.site import Site
+from crr.sync.served import ServedSite
 
 
 class WriteRuleError(ChangesetError):
@@ -24,7 +24,7 @@ def _storage(column: pa.ChunkedArray) -> pa.Array:
     return array.storage if isinstance(array, pa.ExtensionArray) else array
 
 
-def check_write_rules(site: Site, sender: str, relation: str, cs: Changeset,
+def check_write_rules(site: ServedSite, sender: str, relation: str, cs: Changeset,
                       allow: dict[str, set[str]] | None) -> None:
     """Refuse (WriteRuleError) a changeset that ``sender`` may not make this site merge.
 

@@ -1,7 +1,10 @@
 """The sync service: a site exchanging changesets with its peers by itself.
 
-It runs an asyncio event loop in a background thread that owns the :class:`crr.Site` (DuckDB
-connections are not for concurrent use, so every site call happens on that thread). It listens for
+It runs an asyncio event loop in a background thread that owns the site, a :class:`crr.Site` or a
+:class:`crr.spark.SparkSite` (:class:`crr.sync.served.ServedSite`). One call at a time uses the
+site, holding the service's site lock: the quick ones on that thread, merges, changes and
+statements on a worker thread, so the loop keeps its connections and answers status while a
+Spark job runs. It listens for
 peers, dials static peers (reconnecting with backoff), authenticates every connection (the
 deployment secret proves membership, the site's key pair proves which site is talking; see
 :mod:`crr.sync.crypto`), and pulls:
@@ -18,7 +21,7 @@ deployment secret proves membership, the site's key pair proves which site is ta
 Every received message is validated field by field (:func:`crr.sync.protocol.check_message`), and the
 bytes of frames being received count against one memory budget shared by all connections.
 
-Only the public crr API is used: ``Site.changes``, ``Site.merge``, ``Site.peer_cursor``, ``Changeset``.
+Only the public site API is used (:class:`crr.sync.served.ServedSite`), and ``Changeset``.
 """
 
 from __future__ import annotations
@@ -34,12 +37,12 @@ from typing import Any, Callable
 
 from crr.changeset import Changeset
 from crr.errors import CrrError
-from crr.site import Site
 from crr.sync import crypto, handshake
 from crr.sync.control import answers
 from crr.sync.protocol import (CONTROL_MESSAGES, PEER_MESSAGES, MemoryBudget, ProtocolError, body_timeout,
                            check_message, decode, encode, frame, read_body, read_header)
 from crr.sync.rules import check_write_rules
+from crr.sync.served import ServedSite
 
 log = logging.getLogger("crr.sync")
 
@@ -211,7 +214,7 @@ class SyncService:
     then summarised.
     """
 
-    def __init__(self, site: Site, secret: bytes, listen: tuple[str, int] | None = None,
+    def __init__(self, site: ServedSite, secret: bytes, listen: tuple[str, int] | None = None,
                  peers: list[tuple[str, int]] | None = None, allow: dict[str, set[str]] | None = None,
                  control_path: str | None = None, pull_interval: float = 2.0,
                  max_frame: int = 256 * MiB, *, key_file: str | None = None, trust_file: str | None = None,
@@ -620,8 +623,8 @@ class SyncService:
                     log.info("%s resumes %s from cursor %d, which this copy of the site did not hand out (its last "
                              "change is %d): sending the full state", link.peer, rel, since, self.site.cursor)
                     since = 0  # which merges as safely; the rows the peer lacks are in it
-                try:
-                    data = self.site.changes(since=since, relations=[rel]).to_bytes() if served else b""
+                try:  # on a worker thread: a Spark site's changes are Spark jobs, and the loop goes on meanwhile
+                    data = await asyncio.to_thread(self._changes_bytes, rel, since) if served else b""
                 except CrrError as e:  # the peer's request, not this connection, is at fault
                     served, refused = False, str(e)
             if not served:
@@ -702,28 +705,37 @@ class SyncService:
                     self._failed(link.peer, name, f"the peer would not serve it: {reply['message'][:300]}")
                     continue
                 async with self._site_lock:
-                    changed = self._merge_from(link.peer, name, reply["data"]) or changed
+                    changed = await self._merge_from(link.peer, name, reply["data"]) or changed
             finally:
                 link.release(size)
         if changed:
             await self._notify(exclude=link.peer)
 
-    def _merge_from(self, peer: str, name: str, data: bytes) -> bool:
-        """Check and merge one relation's changes from ``peer``; a failure is recorded and retried later."""
+    def _changes_bytes(self, relation: str, since: int) -> bytes:
+        return self.site.changes(since=since, relations=[relation]).to_bytes()
+
+    def _merged(self, peer: str, name: str, data: bytes) -> tuple[bool, str | None]:
+        """Check and merge one relation's changes from ``peer`` (on a worker thread, holding the site):
+        whether the merge changed something, or why it failed."""
         try:
             cs = Changeset.from_bytes(data)
             check_write_rules(self.site, peer, name, cs, self.allow)
-            result = self.site.merge(cs, track=True)
-        except CrrError as e:
-            self._failed(peer, name, f"{type(e).__name__}: {e}")
-            return False
-        except Exception as e:  # noqa: BLE001 - e.g. a raw database error: this relation waits, the others go on
-            self._failed(peer, name, f"{type(e).__name__}: {e}")
+            return bool(self.site.merge(cs, track=True).changed), None
+        except Exception as e:  # noqa: BLE001 - a CrrError, or e.g. a raw database error: this relation waits, the others go on
+            return False, f"{type(e).__name__}: {e}"
+
+    async def _merge_from(self, peer: str, name: str, data: bytes) -> bool:
+        """Check and merge one relation's changes from ``peer`` on a worker thread (a Spark site's merge
+        takes seconds, and the loop keeps the connections and answers status meanwhile); a failure is
+        recorded and retried later."""
+        changed, error = await asyncio.to_thread(self._merged, peer, name, data)
+        if error is not None:
+            self._failed(peer, name, error)
             return False
         failure = self.failures.pop((peer, name), None)
         if failure is not None:
             log.info("changes of %s from %s merge again (after %d failed attempts)", name, peer, failure.attempts)
-        return bool(result.changed)
+        return changed
 
     def _failed(self, peer: str, name: str, error: str) -> None:
         now = time.monotonic()

@@ -74,6 +74,8 @@ def spark_errors() -> Iterator[None]:
             from None
 
 
+INTERRUPTED = "the operation was interrupted (SparkSite.interrupt); nothing was changed"
+
 # statements only crr reads (a Spark site does not pass them on to Spark when crr cannot read them)
 _CRR_DDL = re.compile(r"\s*(create\s+(or\s+replace\s+)?(materialized\s+view|replicated\s+table|remote\s+(table|source))"
                       r"|drop\s+(materialized\s+view|replicated\s+table|remote\s+(table|source)))\b", re.I)
@@ -124,6 +126,8 @@ class SparkSite:
         check_site_id(site_id)
         self.spark = spark
         self._lock = threading.RLock()
+        self._job_tag = f"crr-site-{uuid.uuid4().hex}"  # the Spark jobs of this object's operations (interrupt)
+        self._interrupted = False
         self.path = str(path)
         self.max_clock_skew = clock_skew(max_clock_skew)
         register_udfs(spark)
@@ -187,6 +191,32 @@ class SparkSite:
             self._store.close()
             self._closed = True
 
+    def interrupt(self) -> None:
+        """Stop the operation another thread is running on this site: its running Spark jobs are
+        cancelled, and it raises :class:`SiteError` having changed nothing (a statement, merge or
+        ``changes``). Between two jobs of an operation nothing is running to cancel, so a caller that
+        must stop it calls again until it ends, as with :meth:`crr.Site.interrupt`. Without a running
+        operation (or once the site is closed) it does nothing."""
+        if not self._closed:
+            self._interrupted = True
+            self.spark.sparkContext.cancelJobsWithTag(self._job_tag)
+
+    @contextlib.contextmanager
+    def _jobs(self) -> Iterator[None]:
+        """Run an operation's Spark jobs under this site's job tag (:meth:`interrupt` cancels them), and
+        make an interrupted one a :class:`SiteError`."""
+        self._interrupted = False
+        context = self.spark.sparkContext
+        context.addJobTag(self._job_tag)
+        try:
+            yield
+        except Exception:  # a cancelled job's Spark error, or the CrrError it was translated into on the way
+            if self._interrupted:
+                raise SiteError(INTERRUPTED) from None
+            raise
+        finally:
+            context.removeJobTag(self._job_tag)
+
     def __enter__(self) -> "SparkSite":
         return self
 
@@ -247,7 +277,7 @@ class SparkSite:
         site: the clock only has to grow, and the stamps it issued were never committed."""
         txn = self._store.transaction()
         try:
-            with self._in_utc():
+            with self._jobs(), self._in_utc():
                 result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
             self._commit(txn, new_catalog, self._next_seq() if changed else self._seq)
             return result
@@ -329,7 +359,7 @@ class SparkSite:
         for name in names:
             self.table(name).createOrReplaceTempView(quote(name))
         try:
-            with self._in_utc():
+            with self._jobs(), self._in_utc():
                 return [tuple(r) for r in self.spark.sql(sql).collect()]
         except Exception as e:
             if type(e).__module__.startswith("pyspark"):
@@ -581,6 +611,18 @@ class SparkSite:
         check_peer_cursor_args(peer, relation)
         return int(self._store.meta.get("cursors", {}).get(peer, {}).get(fold_identifier(relation), 0))
 
+    def peer_cursors(self) -> list[tuple[str, str, int, Any]]:
+        """All tracked cursors, as :meth:`crr.Site.peer_cursors` gives them: (peer, relation, cursor,
+        None: a Spark site does not record when one moved). Read from the committed manifest, without
+        waiting for a merge another thread runs."""
+        self._check_open()
+        cursors = self._store.meta.get("cursors", {})
+        return sorted((peer, rel, int(c), None) for peer, rels in cursors.items() for rel, c in rels.items())
+
+    def lineage(self, name: str) -> set[str]:
+        """The base relations whose tuple ids appear in a relation's provenance (as :meth:`crr.Site.lineage`)."""
+        return set(self._catalog.lineage(self.relation(name).name))
+
     @_one_thread_at_a_time
     def knows_cursor(self, since: int) -> bool:
         """Whether ``changes(since=since)`` resumes a stream from this copy of the site, as
@@ -598,6 +640,7 @@ class SparkSite:
         check_since_known(since, self._seq, self._openings())
         names = self._catalog.names_to_send(None if given is None
                                             else list(dict.fromkeys(self.relation(r).name for r in given)))
-        out, cl = collect_changes(self._store.read, self._catalog, names, since)
+        with self._jobs():
+            out, cl = collect_changes(self._store.read, self._catalog, names, since)
         return Changeset(source=self.site_id, since=since, cursor=self._seq, relations=out, cl=cl)
 
