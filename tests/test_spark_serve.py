@@ -101,6 +101,36 @@ def test_interrupt_stops_a_spark_sites_running_query_and_the_site_goes_on(spark,
     site.close()
 
 
+def test_an_interrupted_merge_at_a_spark_site_changes_nothing_and_merges_again(spark, tmp_path):
+    edge = crr.Site(str(tmp_path / "edge.duckdb"), site_id="edge")
+    edge.execute("CREATE REPLICATED TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    edge.insert_many("r", [(i, f"v{i}") for i in range(50)])
+    cs = edge.changes().to_bytes()
+    site = SparkSite(spark, str(tmp_path / "s"), site_id="s")
+    site.execute("CREATE REMOTE TABLE r (k INTEGER PRIMARY KEY, v VARCHAR)")
+    site.execute("CREATE MATERIALIZED VIEW w AS SELECT v FROM r WHERE k < 10")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = site.merge(cs, track=True)
+        except crr.CrrError as e:
+            outcome["error"] = e
+    worker = threading.Thread(target=run)
+    worker.start()
+    while worker.is_alive():
+        site.interrupt()
+        time.sleep(0.05)
+    assert isinstance(outcome.get("error"), crr.SiteError) and "interrupted" in str(outcome["error"]), outcome
+    assert site.execute("SELECT count(*) FROM r") == [(0,)] and site.execute("SELECT count(*) FROM w") == [(0,)]
+    assert site.peer_cursor("edge", "r") == 0 and site.cursor == 0
+    site.merge(cs, track=True)
+    assert site.execute("SELECT count(*) FROM r") == [(50,)] and site.execute("SELECT count(*) FROM w") == [(10,)]
+    assert site.peer_cursor("edge", "r") == edge.cursor
+    site.close()
+    edge.close()
+
+
 def test_crr_serve_spark_serves_a_spark_site_that_syncs_with_a_duckdb_serve(spark, tmp_path):
     """The command line end to end: ``crr serve --spark`` holds a Spark site's folder; crr sql and crr
     status reach it through that serve; it pulls a DuckDB serve's rows into its view; after SIGTERM
