@@ -823,7 +823,7 @@ class SyncService:
                 "listening": f"{self.address[0]}:{self.address[1]}" if self.address else None,
                 "relations": self.site.relations(), "peers": peers,
                 "unreachable": [{"address": a, "error": e} for a, e in sorted(self.unreachable.items())],
-                "cursors": [list(map(str, c)) for c in cursors],
+                "cursors": [[None if v is None else str(v) for v in c] for c in cursors],  # (a Spark site: no time)
                 "failing": [f.describe() for _, f in sorted(self.failures.items())],
                 "memory": {"buffered": self.budget.used, "peak": self.budget.peak, "limit": self.budget.limit,
                            "refused_frames": self.budget.refused},

@@ -156,6 +156,7 @@ def test_crr_serve_spark_serves_a_spark_site_that_syncs_with_a_duckdb_serve(spar
         status = json.loads(crr_cmd("status", "--db", cloud, secret=str(secret)))
         assert status["serving"] and status["site"] == "cloud" and status["relations"] == {"r": "remote", "big": "view"}
         assert [p["site"] for p in status["peers"]] == [edge_id]
+        assert [c[0] for c in status["cursors"]] == [edge_id] and status["cursors"][0][3] is None
     finally:
         for proc in (cloud_proc, edge_proc):
             proc.terminate()
