@@ -34,7 +34,8 @@ after the MERGE (step 3). As in the standard layout, provenance only grows and t
 idempotent.
 
 When it applies (:func:`eligible`): ``V`` has one branch with one occurrence, of ``S``, is no
-aggregate, and is the only view over ``S``, which keeps nothing and has received nothing yet. Then
+aggregate, and is the only view over ``S``, which keeps nothing and has received nothing yet, and no
+relation's learned lineage holds ``S`` (a remote table of a view over it). Then
 ``S``'s entries matter only to ``V`` and ``V``'s derivations to nothing but its APP table and its
 changes. A later change that breaks that (:func:`broken`): another view over ``S`` or over ``V``, a
 relation whose learned lineage holds ``S``, or ``S`` receiving a view's monomials, converts the site
@@ -95,7 +96,14 @@ def eligible(catalog: Catalog, view: Relation) -> bool:
     source = catalog.get(plan.branches[0].occurrences[0].relation)
     if source is None or source.kind is not RelationKind.SOURCE or source.stored or source.derived or source.lineage:
         return False
-    return not any(r.plan is not None and source.name in r.plan.inputs for r in catalog.values())
+    readers = [r.name for r in catalog.values() if r.plan is not None and source.name in r.plan.inputs]
+    return not readers and not _holders(catalog, source.name, view.name)
+
+
+def _holders(catalog: Catalog, source: str, view: str) -> list[str]:
+    """The relations but ``source`` and ``view`` whose lineage holds ``source`` (a remote table of a
+    view over it, whose lineage a merge taught): they need ``source``'s entries in ``_crr.cl``."""
+    return [n for n in catalog if n not in (source, view) and source in catalog.lineage(n)]
 
 
 def broken(catalog: Catalog) -> list[Relation]:
@@ -107,8 +115,7 @@ def broken(catalog: Catalog) -> list[Relation]:
         source = catalog[source_of(view)]
         readers = [r.name for r in catalog.values() if r.plan is not None
                    and (source.name in r.plan.inputs or view.name in r.plan.inputs) and r.name != view.name]
-        holders = [n for n in catalog if n not in (source.name, view.name) and source.name in catalog.lineage(n)]
-        if readers or holders or source.derived or not source.lineage <= {source.name}:
+        if readers or _holders(catalog, source.name, view.name) or source.derived or not source.lineage <= {source.name}:
             out.append(view)
     return out
 
