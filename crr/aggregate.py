@@ -37,7 +37,7 @@ from sqlglot import exp
 from crr.arrow_result import arrow_rows
 from crr.errors import SqlError
 from crr.types import quote_ident
-from crr.sql.compile import unaliased_names
+from crr.sql.compile import unaliased_names, unknown_input_error
 from crr.sql.statements import DIALECT
 from crr.sql.validate import NON_DETERMINISTIC, check_table, function_name, refuse
 
@@ -183,7 +183,7 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
         check_table(t)
         cols = relation_columns(t.name)
         if cols is None:
-            raise SqlError(f"view input {t.name} is not a crr relation at this site; declare it first")
+            raise unknown_input_error(t.name)
         columns_of[t.alias_or_name] = [c for c, _ in cols]
     collate = query.find(exp.Collate)
     if collate is not None:

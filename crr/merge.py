@@ -142,10 +142,11 @@ def check_schema(rel: Relation, rc: RelationChanges) -> None:
         # NOT NULL is part of the schema: a receiver may refuse NULL only where the source does
         source = ("does not" if rc.kind is ChangeKind.BASE else
                   "(a remote copy of the table there) does not" if relayed else "(a view) cannot")
+        # a view states no NOT NULL (crr.changeset), so only a table's (or its copy's) can be added there
+        fix = "" if rc.kind is not ChangeKind.BASE and not relayed else ", or NOT NULL at the source too"
         raise SchemaMismatchError(
             f"schema mismatch for relation {rel.name}: this site declares {', '.join(extra)} NOT NULL but the "
-            f"source {source} guarantee it; declare the relation here without that NOT NULL, or NOT NULL at the "
-            "source too")
+            f"source {source} guarantee it; declare the relation here without that NOT NULL{fix}")
 
 
 def table_key(rel: Relation, rc: RelationChanges) -> list[str] | None:
@@ -205,7 +206,8 @@ def _check_definition(rel: Relation, rc: RelationChanges) -> None:
     else:
         why = (f"the changeset brings rows of another definition of the view {rel.name} than the rows this site "
                f"holds (the view, or a view it reads, was dropped and declared again with another query at its "
-               f"source, or sites declare it with different queries)")
+               f"source, or sites declare it with different queries, or one site's view reads a replicated "
+               f"table and another's a remote copy of it, which count apart)")
     raise SchemaMismatchError(f"relation {rel.name}: {why}; to follow the changeset's source, drop {rel.name} "
                               f"here (and the views reading it) and declare it again")
 

@@ -326,6 +326,10 @@ class Site:
         params = list(params) if params is not None and not isinstance(params, dict) else params
         check_bindable(params)
         if isinstance(stmt, (CreateTable, CreateView, Drop)):
+            if params:
+                n = len(params)
+                raise SqlError(f"crr DDL takes no parameters, got {n} value{'' if n == 1 else 's'}; write the "
+                               "statement whole")
             state.forget_statements()
         if isinstance(stmt, CreateTable):
             return site_ddl.create_table(state, stmt)

@@ -190,6 +190,13 @@ _INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT
                             "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"})
 
 
+def unknown_input_error(name: str) -> CatalogError:
+    """The error of a view reading ``name``, which is no crr relation at the site (plain and aggregate
+    views alike)."""
+    return CatalogError(f"view input {name} is not a crr relation at this site; declare it with CREATE REPLICATED "
+                        "TABLE, CREATE REMOTE TABLE or CREATE MATERIALIZED VIEW")
+
+
 def _fixed_by_literal(column_type: str, literal: exp.Expression) -> bool:
     """Whether ``column = literal`` leaves the column one value: an integer literal (maybe negated)
     and an integer column, a string literal and a VARCHAR column, TRUE or FALSE and a BOOLEAN one.
@@ -453,8 +460,7 @@ def _normalise(select: exp.Select, relation_columns: Callable[[str], Columns | N
         rel = t.name
         cols = relation_columns(rel)
         if cols is None:
-            raise CatalogError(f"view input {rel} is not a crr relation at this site; "
-                               "declare it with CREATE REPLICATED TABLE, CREATE REMOTE TABLE or CREATE MATERIALIZED VIEW")
+            raise unknown_input_error(rel)
         alias = t.alias_or_name
         if alias in columns_of:
             raise SqlError(f"the name {alias} appears twice in FROM; give each occurrence a distinct alias")

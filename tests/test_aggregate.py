@@ -315,6 +315,16 @@ def test_unsupported_aggregates_are_refused_by_name(query: str, named: str) -> N
     assert "v" not in s.relations()
 
 
+@pytest.mark.parametrize("query", ["SELECT count(*) FROM nosuch", "SELECT k FROM nosuch"])
+def test_a_view_over_no_relation_is_a_catalog_error_whether_it_aggregates_or_not(query: str) -> None:
+    """A probe's case: an aggregate view over an unknown name raised SqlError where a plain view
+    raises CatalogError, with a shorter hint."""
+    s = Site()
+    with pytest.raises(crr.CatalogError, match="view input nosuch is not a crr relation at this site; declare it with"):
+        s.execute(f"CREATE MATERIALIZED VIEW v AS {query}")
+    assert s.relations() == {}
+
+
 def test_a_view_failing_on_new_data_refuses_the_write_by_name() -> None:
     """DuckDB's own evaluation of the query would fail (an overflow): the write is refused, naming the view."""
     s = Site()

@@ -73,6 +73,13 @@ CASES: list[tuple[str, Callable[[crr.Site], Any], type, str]] = [
      "takes 1 value (? or $1...), got 2"),
     ("values for a DELETE without parameters", lambda s: s.execute("DELETE FROM t WHERE k = 1", [1]), SqlError,
      "has no parameters"),
+    # found by a probe: crr DDL took values and ignored them
+    ("values for a CREATE TABLE", lambda s: s.execute("CREATE REPLICATED TABLE a (x INT)", [1, 2]), SqlError,
+     "crr DDL takes no parameters, got 2 values"),
+    ("values for a CREATE VIEW", lambda s: s.execute("CREATE MATERIALIZED VIEW w AS SELECT k FROM t", [1]), SqlError,
+     "takes no parameters, got 1 value;"),
+    ("values for a DROP", lambda s: s.execute("DROP REPLICATED TABLE t", {"x": 1}), SqlError,
+     "takes no parameters"),
     ("named parameters without a dict", lambda s: s.execute("DELETE FROM t WHERE k = $k"), SqlError,
      "pass their values as a dict"),
     ("relation named None", lambda s: s.relation(None), CatalogError, "named by a string"),

@@ -133,6 +133,21 @@ def test_a_declared_key_must_be_the_sources():
         said.merge(free.changes())
 
 
+def test_a_copy_of_a_view_declared_not_null_is_told_to_drop_it_not_to_declare_it_at_the_view():
+    """A probe's case: the refusal advised "or NOT NULL at the source too", which a view cannot declare."""
+    source = crr.Site(site_id="source")
+    source.execute("CREATE REPLICATED TABLE u (k INT NOT NULL)")
+    source.execute("INSERT INTO u VALUES (1)")
+    source.execute("CREATE MATERIALIZED VIEW uv AS SELECT k FROM u")
+    copy = crr.Site(site_id="copy")
+    copy.execute("CREATE REMOTE TABLE uv (k INT NOT NULL)")
+    with pytest.raises(crr.SchemaMismatchError) as e:
+        copy.merge(source.changes(relations=["uv"]))
+    assert str(e.value).endswith("the source (a view) cannot guarantee it; declare the relation here without that "
+                                 "NOT NULL"), str(e.value)
+    assert copy.execute("SELECT count(*) FROM uv") == [(0,)]
+
+
 def test_unknown_relations_are_ignored():
     a, _ = _pair()
     d = crr.Site(site_id="d")
