@@ -183,6 +183,49 @@ REFUSED = [
 ]
 
 
+def test_the_applications_session_settings_change_no_value_the_site_computes_or_stores(spark, tmp_path):
+    """A probe's cases: with the application's session at ANSI off, an overflowing view value wrapped
+    round (DuckDB refuses the merge), and with Parquet's LEGACY rebase a DATE in 1582's calendar gap
+    was stored ten days later under its old tuple id, so every later changes() of the table was
+    refused as forged. The site's jobs run with those settings pinned, and the session keeps its own."""
+    import datetime as dt
+    settings = {"spark.sql.ansi.enabled": "false", "spark.sql.parquet.datetimeRebaseModeInWrite": "LEGACY",
+                "spark.sql.parquet.int96RebaseModeInWrite": "LEGACY"}
+    before = {key: spark.conf.get(key, None) for key in settings}
+    src = crr.Site(site_id="src")
+    src.execute("CREATE REPLICATED TABLE t (k INTEGER PRIMARY KEY, x DOUBLE, d DATE, ts TIMESTAMPTZ)")
+    src.execute("INSERT INTO t VALUES (0, 1.5, DATE '1582-10-05', TIMESTAMPTZ '1582-10-14 00:00:00+00'), "
+                "(2147483000, 3e9, DATE '2024-01-01', NULL)")
+    duck = crr.Site(site_id="duck")
+    site = SparkSite(spark, str(tmp_path / "cloud"), site_id="cloud")
+    for s in (duck, site):
+        s.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, x DOUBLE, d DATE, ts TIMESTAMPTZ)")
+        s.execute("CREATE MATERIALIZED VIEW w AS SELECT k + 1000 AS y, CAST(x AS INTEGER) AS xi FROM t")
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        cs = src.changes().to_bytes()
+        with pytest.raises(crr.ViewQueryError, match="(?i)overflow"):
+            duck.merge(cs)
+        with pytest.raises(crr.ChangesetError):
+            site.merge(cs)
+        assert site.execute("SELECT count(*) FROM t") == [(0,)]
+        site.execute("DROP MATERIALIZED VIEW w")
+        site.merge(cs)
+        assert {key: spark.conf.get(key) for key in settings} == settings
+    finally:
+        for key, value in before.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    rows = sorted(site.table("t").toArrow().to_pylist(), key=lambda r: r["k"])
+    assert [(r["k"], r["d"]) for r in rows] == [(0, dt.date(1582, 10, 5)), (2147483000, dt.date(2024, 1, 1))]
+    assert rows[0]["ts"] == dt.datetime(1582, 10, 14, tzinfo=dt.timezone.utc)
+    back = crr.Site(site_id="back")
+    back.execute("CREATE REMOTE TABLE t (k INTEGER PRIMARY KEY, x DOUBLE, d DATE, ts TIMESTAMPTZ)")
+    back.merge(site.changes().to_bytes())  # was refused: tuple ids of t do not match their values
+    assert back.execute("SELECT * FROM t ORDER BY k") == src.execute("SELECT * FROM t ORDER BY k")
+    site.close()
+
+
 def test_a_view_spark_would_compute_otherwise_is_refused(spark, tmp_path):
     """A view whose expression Spark computes otherwise than DuckDB is refused when declared, by name and
     reason, and leaves nothing behind; the same view is declared at a DuckDB site."""

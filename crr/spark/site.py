@@ -76,6 +76,20 @@ def spark_errors() -> Iterator[None]:
 
 INTERRUPTED = "the operation was interrupted (SparkSite.interrupt); nothing was changed"
 
+# the session settings a Spark site's jobs run with (SparkSite._pinned): an application's session may
+# set them otherwise, and then Spark would compute or store other values than a DuckDB site
+PINNED = {
+    "spark.sql.session.timeZone": "UTC",  # a view's epoch(d) or date_trunc of a timestamp depends on it
+    "spark.sql.ansi.enabled": "true",  # off, an overflow wraps round and a bad cast is NULL (a probe's case)
+    # LEGACY shifts dates and timestamps before 1582-10-15 by the Julian calendar: a value would be stored
+    # other than its tuple id says (a probe's case: 1582-10-05 stored as 1582-10-15)
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.outputTimestampType": "INT96",  # Spark's default; TIMESTAMP_MILLIS would drop microseconds
+}
+
 # statements only crr reads (a Spark site does not pass them on to Spark when crr cannot read them)
 _CRR_DDL = re.compile(r"\s*(create\s+(or\s+replace\s+)?(materialized\s+view|replicated\s+table|remote\s+(table|source))"
                       r"|drop\s+(materialized\s+view|replicated\s+table|remote\s+(table|source)))\b", re.I)
@@ -277,7 +291,7 @@ class SparkSite:
         site: the clock only has to grow, and the stamps it issued were never committed."""
         txn = self._store.transaction()
         try:
-            with self._jobs(), self._in_utc():
+            with self._jobs(), self._pinned():
                 result, new_catalog, changed = work(txn, catalog if catalog is not None else self._catalog)
             self._commit(txn, new_catalog, self._next_seq() if changed else self._seq)
             return result
@@ -286,19 +300,23 @@ class SparkSite:
             raise
 
     @contextlib.contextmanager
-    def _in_utc(self) -> Iterator[None]:
-        """Run Spark jobs with the session's time zone UTC, as a DuckDB site pins its own (a view's
-        epoch(d) or date_trunc of a timestamp depends on it), and give the session its own back."""
-        key = "spark.sql.session.timeZone"
-        before = self.spark.conf.get(key)
-        if before == "UTC":
-            yield
-            return
-        self.spark.conf.set(key, "UTC")
+    def _pinned(self) -> Iterator[None]:
+        """Run Spark jobs with the session settings crr's results depend on set to :data:`PINNED` (the
+        time zone UTC, as a DuckDB site pins its own; ANSI arithmetic, which fails an overflow as
+        DuckDB does; dates and timestamps written and read as stored, never rebased to the Julian
+        calendar), and give the session its own back: an application's SparkSession may differ."""
+        before = {key: self.spark.conf.get(key, None) for key in PINNED}
+        changed = {key: value for key, value in PINNED.items() if before[key] != value}
+        for key, value in changed.items():
+            self.spark.conf.set(key, value)
         try:
             yield
         finally:
-            self.spark.conf.set(key, before)
+            for key in changed:
+                if before[key] is None:
+                    self.spark.conf.unset(key)
+                else:
+                    self.spark.conf.set(key, before[key])
 
     def _maintain(self, txn: Transaction, catalog: Catalog, batch: SparkBatch) -> SparkResult:
         m = SparkMaintainer(self.spark, txn, catalog, self._next_seq())
@@ -359,7 +377,7 @@ class SparkSite:
         for name in names:
             self.table(name).createOrReplaceTempView(quote(name))
         try:
-            with self._jobs(), self._in_utc():
+            with self._jobs(), self._pinned():
                 return [tuple(r) for r in self.spark.sql(sql).collect()]
         except Exception as e:
             if type(e).__module__.startswith("pyspark"):
@@ -640,7 +658,7 @@ class SparkSite:
         check_since_known(since, self._seq, self._openings())
         names = self._catalog.names_to_send(None if given is None
                                             else list(dict.fromkeys(self.relation(r).name for r in given)))
-        with self._jobs():
+        with self._jobs(), self._pinned():
             out, cl = collect_changes(self._store.read, self._catalog, names, since)
         return Changeset(source=self.site_id, since=since, cursor=self._seq, relations=out, cl=cl)
 
