@@ -37,12 +37,34 @@ def _column(table: str, values: list) -> pa.Array:
     """One column's values as the Arrow array Arrow infers; integers past 64 bits (for a HUGEINT,
     UBIGINT or UHUGEINT column, which DuckDB casts them into) as their decimal text."""
     try:
-        return pa.array(values)
+        array = pa.array(values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
         if all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values):
             return pa.array([None if v is None else str(v) for v in values], pa.string())
         raise TypeMismatchError(f"insert_many into {table}: the values of a column do not share one type "
                                 f"({e}); nothing was written") from None
+    if pa.types.is_decimal256(array.type) and array.type.scale <= 38:
+        # Arrow gives 0 beside 1E-38 39 digits (one before the point), past the decimal128 DuckDB reads,
+        # though both fit DECIMAL(38, 38) (a probe's case); values that need more digits stay as they are
+        try:
+            return array.cast(pa.decimal128(38, array.type.scale))
+        except pa.ArrowInvalid:
+            pass
+    return array
+
+
+UNREADABLE_ARROW = "Unsupported Internal Arrow Type"  # DuckDB's error for an Arrow type it has no reader for
+
+
+def unreadable_arrow_error(rel: Relation, data: pa.Table, tuples: bool) -> TypeMismatchError:
+    """The error of rows DuckDB has no Arrow reader for (float16, decimal256): an Arrow table's column
+    to cast, or (``tuples``: rows given as Python values) a decimal of more than 38 digits."""
+    types = ", ".join(f"{name} {field.type}" for name, field in zip(data.column_names, data.schema))
+    fix = ("a value needs more digits than DuckDB's DECIMAL holds (38); round it to the column's type first" if tuples
+           else "cast that column to a type DuckDB reads (float16 to float32, decimal256 to decimal128), or pass a "
+                "list of tuples")
+    return TypeMismatchError(f"insert_many into {rel.name}: DuckDB cannot read an Arrow type among the columns "
+                             f"given ({types}); {fix}; nothing was written")
 
 
 def table_name(table: object) -> str:

@@ -18,7 +18,7 @@ import duckdb
 from crr import colocated, open_files, site_ddl, site_dml, site_merge
 from crr.catalog import (APP_TABLES_SQL, CATALOG_DDL, CATALOG_ROWS_SQL, META_INSERT_SQL, META_SQL, META_TABLE_EXISTS_SQL,
                          STORAGE_VERSION, Catalog, Relation, SiteFlag, relation_from_row)
-from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history, shown
+from crr.changeset import Changeset, changes_request, check_since_known, cursor_in_history
 from crr.changes import base_provenance_sql, collect_changes, derived_provenance_sql
 from crr.clock import HybridClock, seq_floor
 from crr.counters import largest_seq_sql, largest_stamp_sql
@@ -30,7 +30,7 @@ from crr.prepared import Prepared
 from crr.site_options import check_site_id, clock_skew
 from crr.site_state import SiteState
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify, fold_identifier
-from crr.tracked_cursors import PEER_CURSOR_SQL, PEER_CURSORS_SQL, check_peer_cursor_args
+from crr.tracked_cursors import PEER_CURSOR_SQL, PEER_CURSORS_SQL, check_peer_cursor_args, check_track
 from crr.upgrade import upgradable, upgrade
 from crr.types import is_utf8
 
@@ -402,8 +402,7 @@ class Site:
         incremental changeset moves it forward only (and not past a gap it leaves), a full state
         (``since`` 0) sets it (:func:`crr.tracked_cursors.tracked_cursor`).
         """
-        if not isinstance(track, bool):  # (numpy's bool_ too: a truth test of an array or NA raises)
-            raise SiteError(f"merge's track is True or False, not {shown(track)}")
+        check_track(track)
         return site_merge.merge(self._state, changeset, track)
 
     def peer_cursor(self, peer: str, relation: str) -> int:

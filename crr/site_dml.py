@@ -28,7 +28,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
-from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
+from crr.bulk_input import (UNREADABLE_ARROW, column_positions, named_input, row_list, rows_arrow, table_name,
+                             typed_input_sql, unreadable_arrow_error)
 from crr.catalog import SCHEMA, Relation, kind_text, refuse_source_reads, tables_read
 from crr.causal import LocalEntries
 from crr.cte import CteWrite
@@ -284,9 +285,10 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
     state.check_open()
     rel = writable(state, fold_identifier(table_name(table)))
     names = rel.column_names
+    tuples = not isinstance(rows, pa.Table) and not (hasattr(rows, "to_dict") and hasattr(rows, "columns"))
     if isinstance(rows, pa.Table):
         data = rows
-    elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # pandas DataFrame
+    elif not tuples:  # pandas DataFrame
         try:
             data = pa.Table.from_pandas(rows, preserve_index=False)
         except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
@@ -311,16 +313,10 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
                 state.slots.release(bulk)
             state.apply(batch)
     except SqlError as e:
-        if _UNREADABLE_ARROW not in str(e):
+        if UNREADABLE_ARROW not in str(e):
             raise
-        types = ", ".join(f"{name} {field.type}" for name, field in zip(data.column_names, data.schema))
-        raise TypeMismatchError(f"insert_many into {rel.name}: DuckDB cannot read an Arrow type among the columns "
-                                f"given ({types}); cast that column to a type DuckDB reads (float16 to float32, "
-                                "decimal256 to decimal128), or pass a list of tuples; nothing was written") from None
+        raise unreadable_arrow_error(rel, data, tuples) from None
     return data.num_rows
-
-
-_UNREADABLE_ARROW = "Unsupported Internal Arrow Type"  # DuckDB's error for an Arrow type it has no reader for
 
 
 def _maintain_point(state: SiteState, rel: Relation, point: PointResult) -> None:

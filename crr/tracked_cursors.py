@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from crr.catalog import SCHEMA
 from crr.changeset import shown
-from crr.errors import CatalogError
+from crr.errors import CatalogError, SiteError
 from crr.types import is_utf8
 
 Stream = tuple[str, str]
@@ -144,3 +144,10 @@ def check_peer_cursor_args(peer: object, relation: object) -> None:
     if not isinstance(peer, str) or not isinstance(relation, str) or not (is_utf8(peer) and is_utf8(relation)):
         raise CatalogError(f"peer_cursor takes a peer's site id and a relation name, both strings of valid "
                            f"Unicode, not {shown(peer)} and {shown(relation)}")
+
+
+def check_track(track: object) -> None:
+    """:class:`SiteError` unless ``merge``'s ``track`` is a bool (numpy's bool_ is not: a truth test of
+    an array or NA raises, and any truthy value such as ``'no'`` would turn tracking on)."""
+    if not isinstance(track, bool):
+        raise SiteError(f"merge's track is True or False, not {shown(track)}")

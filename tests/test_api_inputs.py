@@ -528,6 +528,23 @@ def test_arrow_duckdb_cannot_read_is_refused_and_the_next_insert_many_works(arro
     assert s.execute("SELECT v FROM x ORDER BY v") == [(2.5,), (3.5,)]
 
 
+def test_decimal_tuples_that_fit_the_column_are_taken_and_ones_that_need_39_digits_are_refused_so():
+    """A probe's case: Arrow gives ``0`` beside ``1E-38`` the type decimal256(39, 38), which DuckDB
+    has no reader for, so a list of tuples that fit DECIMAL(38, 38) was refused, advising to pass a
+    list of tuples. Such columns are read as decimal128(38, s) when their values fit it."""
+    from decimal import Decimal
+    s = _one_column_site("DECIMAL(38, 38)")
+    assert s.insert_many("x", [(Decimal("0"),), (Decimal("1E-38"),)]) == 2
+    assert s.execute("SELECT v FROM x ORDER BY v") == [(Decimal("0E-38"),), (Decimal("1E-38"),)]
+    assert s.changes().relations[0].tuples.num_rows == 2
+    wide = _one_column_site("DECIMAL(38, 0)")
+    with pytest.raises(TypeMismatchError) as refused:
+        wide.insert_many("x", [(Decimal("1" * 39),)])
+    assert "needs more digits than DuckDB's DECIMAL holds (38)" in str(refused.value)
+    assert "pass a list of tuples" not in str(refused.value)
+    assert wide.execute("SELECT count(*) FROM x") == [(0,)]
+
+
 def test_a_dataframe_pyarrow_cannot_convert_is_a_type_mismatch():
     pd = pytest.importorskip("pandas")
     s = _one_column_site("VARCHAR")

@@ -29,7 +29,8 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.bulk_input import column_positions, named_input, row_list, rows_arrow, table_name, typed_input_sql
+from crr.bulk_input import (UNREADABLE_ARROW, column_positions, named_input, row_list, rows_arrow, table_name,
+                             typed_input_sql, unreadable_arrow_error)
 from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, relation_from_row, relation_row,
                          source_read_error, tables_read)
 from crr.arrow_result import arrow_rows
@@ -48,7 +49,7 @@ from crr.spark.maintain import SparkBatch, SparkMaintainer, SparkResult
 from crr.spark.store import STORE_VERSION, Store, Transaction
 from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables, tuples_key, user_view
 from crr.spark.writes import insert_batch
-from crr.tracked_cursors import check_peer_cursor_args, tracked_cursor
+from crr.tracked_cursors import check_peer_cursor_args, check_track, tracked_cursor
 from crr.sql.compile import compile_view
 from crr.sql.parse import fold_identifier, one_statement
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
@@ -554,34 +555,39 @@ class SparkSite:
                 _check_frame_type(rel, c, src[pick[c.name]], rows.schema[pick[c.name]].dataType.simpleString())
             return rows.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
                                      for c, a in zip(rel.columns, rel.aug_columns)]), None
+        tuples = False  # whether the rows were Python values (their Arrow types inferred here)
         if isinstance(rows, pa.Table):
             data = rows
         elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame, as a DuckDB site takes
             data = pa.Table.from_pandas(rows, preserve_index=False)
         else:
-            data = rows_arrow(rel.name, row_list(rel.name, rows), names)
+            data, tuples = rows_arrow(rel.name, row_list(rel.name, rows), names), True
         pick = column_positions(rel.name, [fold_identifier(c) for c in data.column_names], names)
         if not data.num_rows:
             return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
                                                             for a in rel.aug_columns)), 0
         try:
-            return values_frame(self.spark, rel, self._typed(rel, data, pick), None, f"insert_many into {rel.name}"), \
-                data.num_rows
+            typed = self._typed(rel, data, pick, tuples)
+            return values_frame(self.spark, rel, typed, None, f"insert_many into {rel.name}"), data.num_rows
         except ChangesetError as e:  # a date or timestamp outside the years 1 to 9999, which Spark cannot hold
             raise TypeMismatchError(str(e).replace("nothing was changed", "nothing was written")) from None
 
-    def _typed(self, rel: Relation, data: pa.Table, pick: dict[str, int]) -> pa.Table:
+    def _typed(self, rel: Relation, data: pa.Table, pick: dict[str, int], tuples: bool) -> pa.Table:
         """Python or Arrow rows cast to the relation's declared types by DuckDB, as a DuckDB site casts
         them (INTEGER 3.7 is 4, a DOUBLE into VARCHAR '1e-05'), so both store the same values and ids:
-        Spark's casts differ. A value its column cannot hold is a TypeMismatchError."""
-        self._typer.register("_crr_insert", named_input(rel, data, pick))
+        Spark's casts differ. A value its column cannot hold is a TypeMismatchError, and so is a
+        column DuckDB has no Arrow reader for (``tuples``: the rows were Python values)."""
         try:
-            return arrow_rows(self._typer, typed_input_sql(rel, "_crr_insert"))
+            self._typer.register("_crr_insert", named_input(rel, data, pick))
+            try:
+                return arrow_rows(self._typer, typed_input_sql(rel, "_crr_insert"))
+            finally:
+                self._typer.unregister("_crr_insert")
         except duckdb.Error as e:
+            if UNREADABLE_ARROW in str(e):
+                raise unreadable_arrow_error(rel, data, tuples) from None
             raise TypeMismatchError(f"insert_many into {rel.name}: {first_line(e)}; "
                                     "nothing was written") from None
-        finally:
-            self._typer.unregister("_crr_insert")
 
     # -- replication ----------------------------------------------------------------------------------
     @_one_thread_at_a_time
@@ -594,6 +600,7 @@ class SparkSite:
         cursor is recorded per (source site, relation) in the same commit (see :meth:`peer_cursor`).
         """
         self._check_open()
+        check_track(track)
         cs, copies = without_copies(self._catalog, received(changeset))
         held, ignored = held_relations(self._catalog, cs)
         grown = grown_lineage(held)
