@@ -52,7 +52,8 @@ def run_other(state: SiteState, stmt: Other, params) -> list[tuple]:
     """Run SQL that is not crr's (a query, or DDL and DML on the application's own tables); refuse
     what would read a remote source, which has no table here, or change a crr relation."""
     rels = state.rels
-    refuse_source_reads(rels, stmt.tables)
+    # a statement creating or changing a source's name is refused below as a write, not as a read of it
+    refuse_source_reads(rels, [t for t in stmt.tables if t not in stmt.writes])
     if not stmt.read_only:  # reading crr relations is fine; writing one (or anything in _crr) is not
         reserved = sorted(t for t in stmt.writes if is_reserved(t) and t not in rels)
         if reserved:  # crr's temporary tables: one of the app's own would hide or be hidden by it

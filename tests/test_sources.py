@@ -82,6 +82,9 @@ def test_what_a_source_refuses(base):
         v.execute("INSERT INTO r VALUES (2, 2, 2)")
     with pytest.raises(crr.CatalogError, match="remote source"):
         v.execute("SELECT * FROM r")
+    for plain in ("CREATE TABLE r (a INTEGER)", "CREATE VIEW r AS SELECT 1 AS a"):  # a probe's case: it was
+        with pytest.raises(crr.UnsupportedSqlError, match="would change r outside crr"):  # refused as a read of r
+            v.execute(plain)
     with pytest.raises(crr.CatalogError, match="keeps no copy"):
         v.changes(relations=["r"])
     assert [rc.name for rc in v.changes().relations] == ["p"]  # a full snapshot leaves the source out
