@@ -30,6 +30,15 @@ STATEMENT_END = _BLANK + ";?" + _BLANK + r"\Z"
 """A pattern of the end of one statement: an optional semicolon, spaces and comments around it (as
 DuckDB reads ``DROP TABLE t; -- done``); a match of it ends the text."""
 _LEADING_BLANK = re.compile(_BLANK)
+WORD_GAP = r"(?=\s|--|/\*)" + _BLANK
+"""A pattern of what separates two words of a statement: spaces and comments, at least one
+(``CREATE /* note */ REPLICATED TABLE``); a comment this cannot read (a nested one) is no gap."""
+_WORD_GAP = re.compile(WORD_GAP)
+
+
+def words_of(phrase: str) -> list[str]:
+    """The words of a phrase a :data:`WORD_GAP` pattern matched, lower case, without its comments."""
+    return _WORD_GAP.sub(" ", phrase).lower().split()
 
 
 def without_leading_blank(sql: str) -> str:

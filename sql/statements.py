@@ -19,7 +19,8 @@ from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, UnsupportedSqlError
 from crr.sql.guard import Effects, duckdb_parse_error, is_plain_dml, statement_effects
-from crr.sql.parse import DIALECT, STATEMENT_END, fold_identifier, normalize_name, parse_one, without_leading_blank
+from crr.sql.parse import (DIALECT, STATEMENT_END, WORD_GAP, fold_identifier, normalize_name, parse_one,
+                           without_leading_blank, words_of)
 
 __all__ = [
     "DIALECT", "RelationKind", "DmlKind", "ColumnDecl", "CreateTable", "CreateView", "Drop", "Dml", "Other",
@@ -27,12 +28,13 @@ __all__ = [
     "check_not_reserved", "creates_relation",
 ]  # DIALECT, fold_identifier, normalize_name and parse_one live in crr.sql.parse; importable here as before
 
-_CREATE_TABLE = re.compile(r"^\s*create\s+(replicated\s+table|remote\s+table|remote\s+source)\s+", re.I)
-_CREATE_VIEW = re.compile(r"^\s*create\s+(or\s+replace\s+)?materialized\s+view\s+", re.I)
+_G = WORD_GAP  # between two words, spaces and comments
+_CREATE_TABLE = re.compile(rf"^\s*create{_G}(replicated{_G}table|remote{_G}table|remote{_G}source){_G}", re.I)
+_CREATE_VIEW = re.compile(rf"^\s*create{_G}(or{_G}replace{_G})?materialized{_G}view{_G}", re.I)
 _VIEW_QUERY = re.compile(r"\bas\s+((\(\s*)*(select|with|from|values)\b)", re.I)
 _DROP = re.compile(
-    r"^\s*drop\s+(replicated\s+table|remote\s+table|remote\s+source|materialized\s+view|table|view)\s+"
-    r"(if\s+exists\s+)?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)" + STATEMENT_END,
+    rf"^\s*drop{_G}(replicated{_G}table|remote{_G}table|remote{_G}source|materialized{_G}view|table|view){_G}"
+    rf"(if{_G}exists{_G})?(\"(?:[^\"]|\"\")+\"|[A-Za-z_][\w$]*)" + STATEMENT_END,
     re.I | re.S,
 )
 
@@ -171,7 +173,7 @@ def classify(sql: str) -> Statement:
         return _create_view(body)
     m = _DROP.match(body)
     if m:
-        words = m.group(1).lower().split()
+        words = words_of(m.group(1))
         kind = _kind_of(m.group(1)) if len(words) == 2 else None
         return Drop(kind=kind, name=normalize_name(m.group(3)), if_exists=bool(m.group(2)),
                     plain="" if kind else words[0])
@@ -221,7 +223,7 @@ def creates_relation(sql: str) -> bool:
 
 def _kind_of(words: str) -> RelationKind:
     """The relation kind a DDL phrase names: ``remote source`` -> source, ``remote table`` -> remote..."""
-    first, second = words.lower().split()
+    first, second = words_of(words)
     return {"replicated": RelationKind.REPLICATED, "materialized": RelationKind.VIEW}.get(first) or (
         RelationKind.SOURCE if second == "source" else RelationKind.REMOTE)
 

@@ -543,6 +543,29 @@ def test_crr_ddl_led_by_comments_is_crr_ddl():
     assert s.relations() == {"r": "replicated"}
 
 
+def test_crr_ddl_with_comments_between_its_words_is_crr_ddl(site):
+    """``CREATE /* note */ REPLICATED TABLE`` went to DuckDB, which refused it as a syntax error at
+    REPLICATED (found by a probe of DDL): DuckDB reads a comment between words as a space, and so
+    does crr, while a comment it cannot read (nested) or one spanning two statements still is none."""
+    site.execute("CREATE /* note */ REPLICATED TABLE b (x INT)")
+    site.execute("CREATE REMOTE -- a line comment\n TABLE c (x INT)")
+    site.execute("CREATE/**/REMOTE/**/SOURCE d (x INT)")
+    site.execute("CREATE /* a */ MATERIALIZED /* b */ VIEW v AS SELECT x FROM b")
+    assert {n: k for n, k in site.relations().items() if n in "bcdv"} == {
+        "b": "replicated", "c": "remote", "d": "source", "v": "view"}
+    with pytest.raises(crr.UnsupportedSqlError, match="CREATE OR REPLACE MATERIALIZED VIEW"):
+        site.execute("CREATE OR /* x */ REPLACE MATERIALIZED VIEW v AS SELECT x FROM b")
+    site.execute("DROP /* x */ MATERIALIZED VIEW v")
+    site.execute("DROP REMOTE /* y */ TABLE IF /* z */ EXISTS c")
+    site.execute("DROP REMOTE /* y */ TABLE IF /* z */ EXISTS c")
+    assert "v" not in site.relations() and "c" not in site.relations()
+    with pytest.raises(crr.SqlError, match="expected one SQL statement, got 2"):
+        site.execute("DROP /* a */ TABLE d /* */; DELETE FROM b /* */")
+    with pytest.raises(crr.SqlError, match="unterminated"):
+        site.execute("CREATE /* /* */ REPLICATED TABLE e (x INT)")
+    assert "d" in site.relations() and "e" not in site.relations()
+
+
 def test_a_view_duckdb_cannot_read_is_refused():
     """sqlglot reads `BETWEEN SYMMETRIC`, which DuckDB's parser refuses, as an OR of two BETWEENs:
     the view held rows for a query DuckDB gives no meaning to (guarantee 2 compares with DuckDB)."""

@@ -51,7 +51,7 @@ from crr.spark.tables import CL, CL_SCHEMA, StateShape, app_key, relation_tables
 from crr.spark.writes import insert_batch
 from crr.tracked_cursors import check_peer_cursor_args, check_track, tracked_cursor
 from crr.sql.compile import compile_view
-from crr.sql.parse import fold_identifier, one_statement
+from crr.sql.parse import WORD_GAP, fold_identifier, one_statement
 from crr.sql.statements import CreateTable, CreateView, Dml, Drop, RelationKind, classify
 from crr.sql.validate import check_relation_names
 from crr.types import Column, quote_ident, type_family
@@ -92,8 +92,10 @@ PINNED = {
 }
 
 # statements only crr reads (a Spark site does not pass them on to Spark when crr cannot read them)
-_CRR_DDL = re.compile(r"\s*(create\s+(or\s+replace\s+)?(materialized\s+view|replicated\s+table|remote\s+(table|source))"
-                      r"|drop\s+(materialized\s+view|replicated\s+table|remote\s+(table|source)))\b", re.I)
+_G = WORD_GAP
+_CRR_DDL = re.compile(rf"\s*(create{_G}(or{_G}replace{_G})?"
+                      rf"(materialized{_G}view|replicated{_G}table|remote{_G}(table|source))"
+                      rf"|drop{_G}(materialized{_G}view|replicated{_G}table|remote{_G}(table|source)))\b", re.I)
 
 
 # threads sharing one SparkSite take turns on its lock (two merges at once would each commit over the
