@@ -386,6 +386,14 @@ _LITERAL_TEXT = {
     TypeFamily.BOOLEAN: re.compile(r"true|false", re.IGNORECASE),
     TypeFamily.STRING: re.compile(r".*", re.DOTALL),
 }
+_LITERAL_FORM = {  # what _LITERAL_TEXT takes, as a refusal says it
+    TypeFamily.DATE: "YYYY-MM-DD",
+    TypeFamily.TIMESTAMP: "YYYY-MM-DD, optionally with hh:mm, :ss and up to six decimals of a second",
+    TypeFamily.INTEGER: "digits, optionally signed",
+    TypeFamily.DECIMAL: "digits with an optional point and decimals (no exponent)",
+    TypeFamily.FLOAT: "digits with an optional point and decimals (no exponent, NaN or infinity)",
+    TypeFamily.BOOLEAN: "true or false",
+}
 
 
 def _cast(node: exp.Cast, types: _Types):
@@ -396,7 +404,11 @@ def _cast(node: exp.Cast, types: _Types):
     if isinstance(node.this, exp.Literal) and node.this.is_string:
         if to in _LITERAL_TEXT and _LITERAL_TEXT[to].fullmatch(node.this.this):
             return None
-        raise _Refused(f"Spark may read the text {node.this.this!r} otherwise (write it in ISO form)")
+        if to in _LITERAL_FORM:
+            raise _Refused(f"Spark may read the text {node.this.this!r} otherwise; write the {to_name} literal as "
+                           f"{_LITERAL_FORM[to]}")
+        raise _Refused(f"no text of a {to_name} literal is known to read alike on Spark (its zone or form); "
+                       "compare with a value the rows hold")
     src_name = types.name_of(node.this)
     return _conversion(_family_of(src_name), src_name, to, to_name)
 
