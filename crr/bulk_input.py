@@ -33,6 +33,22 @@ def rows_arrow(table: str, rows: Sequence[Sequence[object]], names: list[str]) -
     return pa.table({n: _column(table, list(col)) for n, col in zip(names, zip(*rows))})
 
 
+def input_arrow(table: str, rows: object, names: list[str]) -> tuple[pa.Table, bool]:
+    """``insert_many``'s rows as Arrow (both kinds of site): a pyarrow Table as it is, a pandas
+    DataFrame converted, anything else as Python rows (:func:`rows_arrow`); and whether they were
+    Python rows, whose Arrow types were inferred here."""
+    if isinstance(rows, pa.Table):
+        return rows, False
+    if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame
+        try:
+            return pa.Table.from_pandas(rows, preserve_index=False), False
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+            raise TypeMismatchError(f"insert_many into {table}: pyarrow cannot convert the DataFrame "
+                                    f"({type(e).__name__}: {e}); give each column one type, or pass a "
+                                    "pyarrow Table or a list of tuples") from None
+    return rows_arrow(table, row_list(table, rows), names), True
+
+
 def _column(table: str, values: list) -> pa.Array:
     """One column's values as the Arrow array Arrow infers; integers past 64 bits (for a HUGEINT,
     UBIGINT or UHUGEINT column, which DuckDB casts them into) as their decimal text."""

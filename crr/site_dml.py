@@ -24,11 +24,10 @@ import re
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from sqlglot import exp
 
 from crr.batch_rows import Rows, RowsKind
-from crr.bulk_input import (UNREADABLE_ARROW, column_positions, named_input, row_list, rows_arrow, table_name,
+from crr.bulk_input import (UNREADABLE_ARROW, column_positions, input_arrow, named_input, table_name,
                              typed_input_sql, unreadable_arrow_error)
 from crr.catalog import SCHEMA, Relation, kind_text, refuse_source_reads, tables_read
 from crr.causal import LocalEntries
@@ -286,20 +285,9 @@ def insert_many(state: SiteState, table: str, rows: Any) -> int:
     state.check_open()
     rel = writable(state, fold_identifier(table_name(table)))
     names = rel.column_names
-    tuples = not isinstance(rows, pa.Table) and not (hasattr(rows, "to_dict") and hasattr(rows, "columns"))
-    if isinstance(rows, pa.Table):
-        data = rows
-    elif not tuples:  # pandas DataFrame
-        try:
-            data = pa.Table.from_pandas(rows, preserve_index=False)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
-            raise TypeMismatchError(f"insert_many into {rel.name}: pyarrow cannot convert the DataFrame "
-                                    f"({type(e).__name__}: {e}); give each column one type, or pass a "
-                                    "pyarrow Table or a list of tuples") from None
-    else:
-        data = rows_arrow(rel.name, row_list(rel.name, rows), names)
-        if not data.num_rows:
-            return 0
+    data, tuples = input_arrow(rel.name, rows, names)
+    if tuples and not data.num_rows:
+        return 0
     given = [fold_identifier(c) for c in data.column_names]
     # valid Arrow that DuckDB cannot hold (a timestamp below its range) would break the file
     data = named_input(rel, data, column_positions(rel.name, given, names))

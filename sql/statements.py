@@ -163,7 +163,7 @@ def classify(sql: str) -> Statement:
     body = without_leading_blank(sql)  # crr's DDL after a comment is crr's DDL
     m = _CREATE_TABLE.match(body)
     if m:
-        return _create_table(_kind_of(m.group(1)), "CREATE TABLE " + body[m.end():])
+        return _create_table(_kind_of(words_of(m.group(1))), "CREATE TABLE " + body[m.end():])
     m = _CREATE_VIEW.match(body)
     if m:
         if m.group(1):
@@ -174,7 +174,7 @@ def classify(sql: str) -> Statement:
     m = _DROP.match(body)
     if m:
         words = words_of(m.group(1))
-        kind = _kind_of(m.group(1)) if len(words) == 2 else None
+        kind = _kind_of(words) if len(words) == 2 else None
         return Drop(kind=kind, name=normalize_name(m.group(3)), if_exists=bool(m.group(2)),
                     plain="" if kind else words[0])
     try:
@@ -221,9 +221,10 @@ def creates_relation(sql: str) -> bool:
     return bool(_CREATE_TABLE.match(body) or (view and not view.group(1)))
 
 
-def _kind_of(words: str) -> RelationKind:
-    """The relation kind a DDL phrase names: ``remote source`` -> source, ``remote table`` -> remote..."""
-    first, second = words_of(words)
+def _kind_of(words: list[str]) -> RelationKind:
+    """The relation kind a DDL phrase's two words (:func:`words_of`) name: ``remote source`` -> source,
+    ``remote table`` -> remote..."""
+    first, second = words
     return {"replicated": RelationKind.REPLICATED, "materialized": RelationKind.VIEW}.get(first) or (
         RelationKind.SOURCE if second == "source" else RelationKind.REMOTE)
 

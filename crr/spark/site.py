@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from crr.aggregate import is_aggregate
-from crr.bulk_input import (UNREADABLE_ARROW, column_positions, named_input, row_list, rows_arrow, table_name,
+from crr.bulk_input import (UNREADABLE_ARROW, column_positions, input_arrow, named_input, table_name,
                              typed_input_sql, unreadable_arrow_error)
 from crr.catalog import (KIND_TEXT, Catalog, Relation, refuse_source_reads, relation_from_row, relation_row,
                          source_read_error, tables_read)
@@ -557,13 +557,7 @@ class SparkSite:
                 _check_frame_type(rel, c, src[pick[c.name]], rows.schema[pick[c.name]].dataType.simpleString())
             return rows.selectExpr(*[f"CAST({quote(src[pick[c.name]])} AS {spark_type(a.type)}) AS {a.name}"
                                      for c, a in zip(rel.columns, rel.aug_columns)]), None
-        tuples = False  # whether the rows were Python values (their Arrow types inferred here)
-        if isinstance(rows, pa.Table):
-            data = rows
-        elif hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame, as a DuckDB site takes
-            data = pa.Table.from_pandas(rows, preserve_index=False)
-        else:
-            data, tuples = rows_arrow(rel.name, row_list(rel.name, rows), names), True
+        data, tuples = input_arrow(rel.name, rows, names)  # (a pandas DataFrame too, as a DuckDB site takes)
         pick = column_positions(rel.name, [fold_identifier(c) for c in data.column_names], names)
         if not data.num_rows:
             return self.spark.createDataFrame([], ", ".join(f"{a.name} {spark_type(a.type)}"
