@@ -89,7 +89,7 @@ def run(ops: int, progress: Callable[[str], None] = lambda s: None, rows: int = 
         plain = site._con  # the same file and connection, outside crr
         labels = list(SIDES)
         for kind, (template, params_of) in STATEMENTS.items():
-            progress(f"{ops} single-row {kind.upper()}s on each side, interleaved")
+            progress(f"{ops} single-row {kind.upper()}s on each side, in turns of {TURN}")
             samples: dict[str, list[float]] = {label: [] for label in labels}
             for n, start in enumerate(range(0, ops, TURN)):
                 for label in labels[n % len(labels):] + labels[:n % len(labels)]:
