@@ -172,11 +172,13 @@ def test_counted_app_tables_keep_float_values_bit_for_bit(spark, tmp_path):
     site.close()
 
 
-SMALL_MERGE_JOBS = 57
+SMALL_MERGE_JOBS = 51
 """At most how many Spark jobs a small merge runs at a warm site holding ``r``, ``s``, a projection
 and a join view (the README's "Large views on Spark" quotes it): each job has a fixed cost, and a
 small merge costs its number of jobs. 60 until stop 57, whose merges filter the stored entries and
-tuples by the batch's listed ids (``crr.spark.tables.of_ids``) instead of broadcasting the batch."""
+tuples by the batch's listed ids (``crr.spark.tables.of_ids``) instead of broadcasting the batch;
+57 until stop 66, whose replicated tables' APP patches join the dirty ids once
+(``crr.spark.membership.patched_base_app``: 3 jobs each where they ran 5)."""
 
 
 def test_a_small_merge_runs_the_documented_spark_jobs_all_in_the_callers_job_group(spark, tmp_path):

@@ -38,7 +38,7 @@ from crr.errors import SqlError, ViewQueryError, first_line
 from crr.sql.compile import IDS
 from crr.sql.statements import RelationKind
 from crr.spark.encoding import tuple_id_sql
-from crr.spark.membership import (base_lookups, changed_monomials, count_changes, full_counts, key_versions,
+from crr.spark.membership import (changed_monomials, count_changes, full_counts, key_versions,
                                   parity_flips, patched_base_app, patched_counts, summed_changes, visible_after)
 from crr.spark.store import Transaction
 from crr.spark.tables import (BROADCAST_ROWS, CL, CL_COLUMNS, StateShape, app_key, app_schema, aug_cols, base_app,
@@ -358,7 +358,7 @@ class SparkMaintainer:
             mine = lineage_flips(rel)
             if rel.is_base:
                 new = self.delta[rel.name].select("id") if rel.name in self.delta else None
-                ids = base_lookups(new, mine)
+                ids = new  # (a flipped id's entry was written: visible_after reads it off the entry)
                 reads[rel.name] = (mine, new, None, False)
             else:
                 old = self.txn.read(monos_key(rel)).where(F.col("seq") < self.seq)

@@ -198,30 +198,25 @@ def patched_counts(rel: Relation, app: DataFrame, changes: DataFrame, rows: int)
     return app.join(keys, "key", "left_anti").unionByName(checked)
 
 
-def base_lookups(new_ids: DataFrame | None, flips: DataFrame | None) -> DataFrame | None:
-    """The ids of a replicated table's new tuples (``new_ids``, one column ``id``) whose visibility
-    after the batch :func:`patched_base_app` reads from :func:`visible_after` (the flipped ones it reads
-    off ``flips``)."""
-    if new_ids is None:
-        return None
-    return new_ids if flips is None else new_ids.join(flips.select("id"), "id", "left_anti")
-
-
 def patched_base_app(rel: Relation, app: DataFrame, tuples: DataFrame, flips: DataFrame | None,
                      new_ids: DataFrame | None, vis: DataFrame) -> DataFrame:
     """A replicated table's APP rows after the batch: its flipped ids and new tuples (``new_ids``, one
-    column ``id``) re-read from ``tuples`` when visible (``vis``: :func:`visible_after`), every other
-    row kept."""
-    dirty = []
-    if flips is not None:
-        dirty.append(flips.select("id", (F.col("d") > 0).alias("vis")))
-    others = base_lookups(new_ids, flips)
-    if others is not None:
-        dirty.append(vis.join(others, "id", "left_semi"))
-    ids = union_all(dirty)
-    present = tuples.join(ids.where("vis").select("id"), "id", "left_semi").select(F.col("id").alias("key"),
-                                                                                 *aug_cols(rel))
-    return app.join(ids.select(F.col("id").alias("key")), "key", "left_anti").unionByName(present)
+    column ``id``) re-read from ``tuples`` when visible, every other row kept. ``vis``
+    (:func:`visible_after`) holds every written entry's id (each flipped id's among them) and the new
+    tuples' looked up.
+
+    One join does both halves: the APP rows and the stored tuples, side by side, each joined with the
+    dirty ids (``(id, vis)``); an APP row stays when its id is not dirty, a tuple comes in when its id is
+    dirty and visible. Two joins (an anti join for the APP rows, a semi join with the visible ones for
+    the tuples) broadcast two frames, a Spark job each with the jobs computing them, and a small merge
+    costs its number of jobs."""
+    cols = aug_cols(rel)
+    dirty = vis.join(union_all([f.select("id") for f in (flips, new_ids) if f is not None]), "id", "left_semi")
+    rows = app.select("key", *cols, F.lit(True).alias("_app")).unionByName(
+        tuples.select(F.col("id").alias("key"), *cols, F.lit(False).alias("_app")))
+    joined = rows.join(dirty.withColumnRenamed("id", "key"), "key", "left")
+    return joined.where(F.when(F.col("_app"), F.col("vis").isNull()).otherwise(F.coalesce(F.col("vis"), F.lit(False)))
+                        ).select("key", *cols)
 
 
 def full_counts(rel: Relation, monos: DataFrame, vis: DataFrame, narrow: bool) -> DataFrame:
