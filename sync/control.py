@@ -54,7 +54,7 @@ async def _request(path: str, secret: bytes, message: dict[str, Any]) -> dict[st
         except EOFError:
             raise crypto.AuthError("the server closed the control connection during the handshake "
                                    "(wrong secret?)") from None
-        writer.write(frame(done.channel.seal(encode(message))))
+        writer.write(frame(done.channel.seal(encode(message, results=True))))  # parameters may pass 64 bits
         await writer.drain()
         rows: list = []
         while True:

@@ -75,12 +75,29 @@ def frame(body: bytes) -> bytes:
 
 
 _TUPLE = 1  # msgpack extension code of a tuple in query results (msgpack has arrays only)
+_BIG_INT = 2  # msgpack extension code of an integer outside msgpack's 64 bits (HUGEINT values), as decimal text
+_INT_RANGE = (-(1 << 63), 1 << 64)  # the integers msgpack packs itself
+
+
+def _big_ints(v: Any) -> Any:
+    """``v`` with every integer msgpack cannot pack (beyond 64 bits) as a :data:`_BIG_INT` extension, in
+    lists, tuples and maps (keys too) at any depth."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if _INT_RANGE[0] <= v < _INT_RANGE[1] else msgpack.ExtType(_BIG_INT, str(int(v)).encode("ascii"))
+    if isinstance(v, tuple):
+        return tuple(_big_ints(x) for x in v)
+    if isinstance(v, list):
+        return [_big_ints(x) for x in v]
+    if isinstance(v, dict):
+        return {_big_ints(k): _big_ints(x) for k, x in v.items()}
+    return v
 
 
 def encode(message: dict[str, Any], default: Callable[[Any], Any] | None = None, *, results: bool = False) -> bytes:
     """msgpack-encode a message map (``default`` converts values msgpack does not know). ``results``: the
-    message carries query results, whose tuples (DuckDB's ARRAY and unnamed STRUCT values) stay tuples
-    and whose maps may have keys of any type, as :func:`decode` with ``results`` reads them."""
+    message carries query results or a statement's parameters, whose tuples (DuckDB's ARRAY and unnamed
+    STRUCT values) stay tuples, whose integers may pass 64 bits (HUGEINT) and whose maps may have keys
+    of any type, as :func:`decode` with ``results`` reads them."""
     if not results:
         return msgpack.packb(message, use_bin_type=True, default=default)
 
@@ -94,12 +111,17 @@ def encode(message: dict[str, Any], default: Callable[[Any], Any] | None = None,
             raise TypeError(f"cannot encode a {type(v).__name__}")
         return default(v)
 
-    return msgpack.packb(message, use_bin_type=True, default=value, strict_types=True)
+    try:
+        return msgpack.packb(message, use_bin_type=True, default=value, strict_types=True)
+    except OverflowError:  # an integer beyond 64 bits (rare: converted only then)
+        return msgpack.packb(_big_ints(message), use_bin_type=True, default=value, strict_types=True)
 
 
 def _results_ext(code: int, data: bytes) -> Any:
     if code == _TUPLE:
         return tuple(msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_results_ext))
+    if code == _BIG_INT:
+        return int(data.decode("ascii"))
     return msgpack.ExtType(code, data)
 
 

@@ -73,6 +73,7 @@ class Link:
     held: int = 0  # bytes of the memory budget this connection holds
     warned: set = field(default_factory=set)  # (relation, fingerprint) schema differences already logged
     closed: bool = False
+    results: bool = False  # a control link: requests carry a statement's parameters (protocol.decode's results)
 
     async def send(self, message: dict[str, Any]) -> None:
         """Seal and send one message."""
@@ -92,7 +93,7 @@ class Link:
         try:
             body = await read_body(self.reader, size, body_timeout(size))
             self.bytes_in += size + 4
-            return decode(self.channel.open(body)), size
+            return decode(self.channel.open(body), results=self.results), size
         except BaseException:
             self.release(size)
             raise
@@ -838,7 +839,7 @@ class SyncService:
             done = await asyncio.wait_for(handshake.server_handshake(reader, writer, self.secret, self.site.site_id,
                                                                      self.identity), 10)
             link = Link(reader=reader, writer=writer, channel=done.channel, peer="control", address="control",
-                        outgoing=False, budget=self.budget)
+                        outgoing=False, budget=self.budget, results=True)
             while True:
                 m, size = await link.recv(self.max_frame, self.memory_wait)
                 try:

@@ -443,6 +443,27 @@ def test_results_through_a_serve_are_the_sites_own(tmp_path):
         _shutdown([sa], (a,))
 
 
+def test_integers_beyond_64_bits_go_through_a_serve_both_ways(tmp_path):
+    """A HUGEINT beyond 64 bits (a SUM over big values) dropped the control channel ("OverflowError:
+    Integer value out of range" in the serve's log, and the client told the statement may or may not
+    have run), and such an integer as a parameter failed in the client with msgpack's traceback."""
+    from crr.sync import control
+
+    a = _site(tmp_path, "a", ("CREATE REPLICATED TABLE r (k INT PRIMARY KEY, x HUGEINT)",))
+    db = str(tmp_path / "a.duckdb")
+    sa = SyncService(a, SECRET, control_path=control.socket_path(db)).start()
+    big, low = 12345678901234567890123, -(1 << 63) - 1
+    try:
+        control.request(db, SECRET, {"t": "sql", "sql": "INSERT INTO r VALUES (1, ?), (2, ?)", "params": [big, low]})
+        query = "SELECT x, [x], (x, 1), MAP {x: 'k'} FROM r ORDER BY k"
+        remote = control.request(db, SECRET, {"t": "sql", "sql": query})["rows"]
+        assert remote == rows(sa, query) == [(big, [big], (big, 1), {big: "k"}), (low, [low], (low, 1), {low: "k"})]
+        assert control.request(db, SECRET, {"t": "sql", "sql": "SELECT ?::UBIGINT",
+                                            "params": [(1 << 64) - 1]})["rows"] == [((1 << 64) - 1,)]
+    finally:
+        _shutdown([sa], (a,))
+
+
 def test_an_aggregate_view_is_not_served_and_its_name_keeps_the_link(tmp_path, caplog):
     """An aggregate view's rows are never replicated: its site does not offer it to peers (it was offered
     under its hidden columns), and a peer holding a remote table of that name and those columns stays
