@@ -312,16 +312,53 @@ def site_state(db: str) -> str:
     return "site" if found else "plain"
 
 
-def require_site(db: str, create: bool, how: str = "give --create") -> None:
-    """Refuse to open ``db`` unless it is a crr site or ``create`` says to make one."""
+def require_site(db: str, create: bool, how: str = "give --create") -> str:
+    """Refuse to open ``db`` unless it is a crr site or ``create`` says to make one; returns its
+    :func:`site_state`."""
     check_db_path(db)
     state = site_state(db)  # refuses a file that is no DuckDB database, even with ``create``
     if create:
-        return
+        return state
     if state == "missing":
         raise UsageError(f"no site file {db}; check the path, or {how} to make a new site there")
     if state == "plain":
         raise UsageError(f"{db} is a DuckDB database but not a crr site; {how} to turn it into one")
+    return state
+
+
+def catalog_tables(db: str) -> set[str] | None:
+    """The tables of schema ``_crr`` in the DuckDB file ``db`` (read only), None when it has no such
+    schema: what a plain DuckDB file holds there before crr opens it as a site."""
+    import duckdb
+
+    from crr.catalog import SCHEMA
+    con = duckdb.connect(db, read_only=True)
+    try:
+        if not con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [SCHEMA]).fetchone()[0]:
+            return None
+        return {name for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?",
+                                                [SCHEMA]).fetchall()}
+    finally:
+        con.close()
+
+
+def drop_catalog(db: str, before: set[str] | None) -> None:
+    """Take out of the DuckDB file ``db`` the crr catalog that opening it as a site added: the tables of
+    schema ``_crr`` not in ``before`` (:func:`catalog_tables`), and the schema if it had none."""
+    import duckdb
+
+    from crr.catalog import SCHEMA
+    from crr.types import quote_ident
+    con = duckdb.connect(db)
+    try:
+        if before is None:
+            con.execute(f"DROP SCHEMA IF EXISTS {quote_ident(SCHEMA)} CASCADE")
+            return
+        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall():
+            if name not in before:
+                con.execute(f"DROP TABLE {quote_ident(SCHEMA)}.{quote_ident(name)}")
+    finally:
+        con.close()
 
 
 def _explained(db: str, e: SiteError) -> SiteError:
@@ -560,12 +597,15 @@ class _LocalSite:
 
     def execute(self, sql: str, params: list | dict | None = None) -> list:
         """Run one statement, opening (or, for crr DDL, creating) the site first."""
-        created = False
+        created = adopted = False
+        before: set[str] | None = None
         if self.site is None:
             ddl = creates_relation(sql)
-            require_site(self.db, self.create or ddl,
-                         how="give --create (or start with CREATE REPLICATED TABLE ...)")
-            created = self.db != ":memory:" and not os.path.exists(self.db)
+            state = require_site(self.db, self.create or ddl,
+                                 how="give --create (or start with CREATE REPLICATED TABLE ...)")
+            created = self.db != ":memory:" and state == "missing"
+            adopted = state == "plain"  # crr DDL turns a plain DuckDB file into a site
+            before = catalog_tables(self.db) if adopted and not self.create else None
             self.site = open_site(self.db)
         try:
             return _interruptible(self.site, sql, params)
@@ -575,6 +615,9 @@ class _LocalSite:
                 for path in (self.db, self.db + ".wal"):
                     if os.path.exists(path):
                         os.unlink(path)
+            elif adopted and not self.create:  # ... and a plain DuckDB file plain
+                self.close()
+                drop_catalog(self.db, before)
             if isinstance(e, RuntimeError) and "interrupted" in str(e).lower():
                 # Ctrl-C during a query: DuckDB stops it and raises RuntimeError('Query interrupted')
                 raise KeyboardInterrupt from None

@@ -286,6 +286,30 @@ def test_plain_duckdb_file_is_not_turned_into_a_site(tmp_path: Path) -> None:
     assert "_crr" not in schemas
 
 
+def test_a_failed_crr_ddl_leaves_a_plain_duckdb_file_plain(tmp_path: Path) -> None:
+    """crr DDL turns a plain DuckDB file into a site; a CREATE that failed left crr's catalog in it, so
+    that crr took the file for a site from then on (found by a probe). A schema ``_crr`` of the file's
+    own keeps its tables; a CREATE that works adopts the file."""
+    def schema(db: Path) -> set[tuple[str, str]]:
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            return set(con.execute("SELECT schema_name, table_name FROM duckdb_tables()").fetchall())
+        finally:
+            con.close()
+    plain, own = tmp_path / "plain.duckdb", tmp_path / "own.duckdb"
+    for db, setup in ((plain, "CREATE TABLE x (a INT)"), (own, "CREATE SCHEMA _crr; CREATE TABLE _crr.notes (a INT)")):
+        con = duckdb.connect(str(db))
+        con.execute(setup)
+        con.close()
+        was = schema(db)
+        refused(crr("sql", "--db", str(db), "CREATE REPLICATED TABLE t (x no_such_type)"), FAILURE, "no_such_type")
+        assert schema(db) == was
+        refused(crr("sql", "--db", str(db), "SELECT 1"), USAGE, "not a crr site")
+    proc = crr("sql", "--db", str(plain), "CREATE REPLICATED TABLE t (x INT)")
+    assert proc.returncode == 0, proc.stderr
+    assert crr("sql", "--db", str(plain), "SELECT count(*) FROM x").stdout == "0\n"
+
+
 def test_sql_empty_statement(tmp_path: Path) -> None:
     """An empty statement argument started the interactive shell instead of saying it is empty; one of
     only comments or semicolons was "expected one SQL statement, got 0", exit 1 (found by a probe)."""
