@@ -89,6 +89,7 @@ class AggregateSpec:
     having: str | None  # the HAVING predicate over ``s`` (SQL)
     key_outputs: tuple[int, ...] | None  # per group key, the output column holding it (None: not all do)
     app_columns: tuple[tuple[str, str], ...] = ()  # the APP table's columns, as DuckDB types the query
+    float_columns: frozenset[str] = frozenset()  # the core's group keys and arguments typed FLOAT or DOUBLE
 
     def state_table(self) -> str:
         """The per-group state table."""
@@ -323,8 +324,9 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
         projections.append(exp.alias_(a.copy(), f"x{j}"))
     core.set("expressions", projections)
     averaged = {t.arg for t in terms if t.kind is AggKind.AVG}
+    arg_types = {n: t for n, t in describe(core.sql(DIALECT))}
+    float_columns = frozenset(n for n, t in arg_types.items() if n[0] in "gx" and t.upper() in ("FLOAT", "DOUBLE"))
     if averaged:
-        arg_types = {n: t for n, t in describe(core.sql(DIALECT))}
         for j in sorted(averaged):
             if arg_types.get(f"x{j}", "").upper().split("(")[0] in _TEMPORAL:
                 raise refuse(f"AVG of a {arg_types[f'x{j}']} ({arg_nodes[j].sql(DIALECT)[:60]})",
@@ -348,7 +350,7 @@ def analyse_aggregate(name: str, query: exp.Select, relation_columns: Callable[[
                        "give each a distinct name with AS")
     return AggregateSpec(name=name, core=core, groups=max(len(keys), 1), grouped=grouped, args=len(arg_nodes),
                          terms=tuple(terms), outputs=tuple(outputs), having=having_sql, key_outputs=key_outputs,
-                         app_columns=tuple(app_columns))
+                         app_columns=tuple(app_columns), float_columns=float_columns)
 
 
 def _with_aliases(expr: exp.Expression, aliases: dict[str, exp.Expression], grouped: set[str]) -> exp.Expression:
@@ -381,6 +383,15 @@ def _term_value(term: AggTerm, j: int) -> str:
 
 def _keys(spec: AggregateSpec, q: str) -> str:
     return ", ".join(f"{q}g{i}" for i in range(spec.groups))
+
+
+def _unsigned_zero(spec: AggregateSpec, column: str, q: str = "") -> str:
+    """SQL of core column ``column`` with a float ``-0.0`` as ``0.0``: the state keeps group keys and
+    extremes so, since ``-0.0 = 0.0`` puts both in one group (or makes either the extreme) and which
+    one came first differs from site to site."""
+    if column not in spec.float_columns:
+        return f"{q}{column}"
+    return f"(CASE WHEN {q}{column} = 0 THEN abs({q}{column}) ELSE {q}{column} END)"
 
 
 def _match(spec: AggregateSpec, a: str, b: str) -> str:
@@ -456,8 +467,8 @@ def state_merge_sql(spec: AggregateSpec, delta: str) -> str:
             ins_vals.append(f"d.si{j}")
         if t.kind in (AggKind.MIN, AggKind.MAX):
             f, cmp = ("least", "<=") if t.kind is AggKind.MIN else ("greatest", ">=")
-            parts.append(f"{t.kind.value}({x}) FILTER (WHERE sign > 0) AS mi{j}")
-            parts.append(f"{t.kind.value}({x}) FILTER (WHERE sign < 0) AS md{j}")
+            parts.append(f"{t.kind.value}({_unsigned_zero(spec, x)}) FILTER (WHERE sign > 0) AS mi{j}")
+            parts.append(f"{t.kind.value}({_unsigned_zero(spec, x)}) FILTER (WHERE sign < 0) AS md{j}")
             left = f"(d.md{j} IS NOT NULL AND d.md{j} {cmp} s.m{j})"
             sets.append(f"m{j} = CASE WHEN {left} THEN s.m{j} ELSE {f}(s.m{j}, d.mi{j}) END")
             stale.append(left)
@@ -465,7 +476,8 @@ def state_merge_sql(spec: AggregateSpec, delta: str) -> str:
             ins_vals.append(f"d.mi{j}")
     sets.append(f"stale = s.stale OR {' OR '.join(stale)}" if stale else "stale = s.stale")
     keys = _keys(spec, "")
-    source = f"(SELECT {keys}, {', '.join(parts)} FROM {delta} GROUP BY ALL)"
+    unsigned = ", ".join(f"{_unsigned_zero(spec, f'g{i}')} AS g{i}" for i in range(spec.groups))
+    source = f"(SELECT {unsigned}, {', '.join(parts)} FROM {delta} GROUP BY ALL)"
     empty = "WHEN MATCHED AND s.n + d.dn = 0 THEN DELETE " if spec.grouped else ""
     return f"""MERGE INTO {spec.state_table()} AS s USING {source} AS d ON {_match(spec, 's', 'd')}
         {empty}WHEN MATCHED THEN UPDATE SET {', '.join(sets)}
@@ -504,7 +516,8 @@ def reread_sql(spec: AggregateSpec) -> str:
     # per term, its state column and the aggregate that recomputes it: s<j> (SUM, AVG) or m<j> (MIN, MAX)
     reread = [(f"s{j}", "sum", t.arg) if t.kind in (AggKind.SUM, AggKind.AVG) else (f"m{j}", t.kind.value, t.arg)
               for j, t in enumerate(spec.terms) if t.kind in REREAD_KINDS]
-    cols = ", ".join(f"{fn}(c.x{arg}) AS {col}" for col, fn, arg in reread)
+    cols = ", ".join(f"{fn}({_unsigned_zero(spec, f'x{arg}', 'c.') if fn in ('min', 'max') else f'c.x{arg}'}) AS {col}"
+                     for col, fn, arg in reread)
     sets = ", ".join(f"{col} = r.{col}" for col, _, _ in reread)
     return f"""UPDATE {spec.state_table()} AS s SET {sets}, stale = false
         FROM (SELECT {_keys(spec, 'c.')}, {cols} FROM {spec.rows_table()} c
