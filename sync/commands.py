@@ -575,9 +575,24 @@ def _tsv_value(v: Any) -> str:
     it escaped as PostgreSQL's text format does (``\\``, ``\t``, ``\n``, ``\r``), so a row stays one
     line of as many fields as it has columns; bytes as hex, as ``--format json`` has them (not Python's
     ``b'...'``)."""
+    return _text(v).translate(_TSV_ESCAPES)
+
+
+def _text(v: Any) -> str:
+    """A value's text for a TSV field: NULL, bytes as hex, and LIST, ARRAY, STRUCT and MAP values as
+    DuckDB writes them (``[1, NULL]``, ``(1, a)``, ``{'k': 00ff}``), at any depth, not as Python's
+    reprs (``None``, ``b'...'``)."""
+    if v is None:
+        return "NULL"
     if isinstance(v, (bytes, bytearray)):
         return bytes(v).hex()
-    return "NULL" if v is None else str(v).translate(_TSV_ESCAPES)
+    if isinstance(v, list):
+        return "[" + ", ".join(_text(x) for x in v) + "]"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_text(x) for x in v) + ")"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"'{_text(k)}': {_text(x)}" for k, x in v.items()) + "}"
+    return str(v)
 
 
 def _print_rows(rows: list | None, fmt: str = "tsv") -> None:

@@ -94,6 +94,9 @@ def test_parameters_and_json_output(tmp_path: Path):
     out = crr("sql", "--db", db, "SELECT k, v, d FROM r WHERE k > 1 ORDER BY k").stdout
     assert out.splitlines() == ["2\ttab\\there\tNULL", "3\ta\\\\b\\nc\\r\tNULL"]
     assert crr("sql", "--db", db, "SELECT b FROM r WHERE k = 2").stdout == "0041\n"  # as JSON has it, not b'\x00A'
+    # NULLs and bytes inside LIST, STRUCT and tuple values too (they came out as Python's None and b'...')
+    out = crr("sql", "--db", db, "SELECT [NULL, 'a'], {'k': b, 'n': NULL}, [1, NULL]::INTEGER[2] FROM r WHERE k = 2").stdout
+    assert out == "[NULL, a]\t{'k': 0041, 'n': NULL}\t(1, NULL)\n"
     refused(crr("sql", "--db", db, "--params", "[1,", "SELECT ?"), USAGE, "--params", "not JSON")
     refused(crr("sql", "--db", db, "--params", "5", "SELECT ?"), USAGE, "--params", "JSON array")
     refused(crr("sql", "--db", db, "--params", "[1]", stdin="SELECT 1\n"), USAGE, "--params goes with a statement")
