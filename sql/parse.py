@@ -13,7 +13,9 @@ import threading
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from crr.errors import SqlError, first_line
 
@@ -102,11 +104,29 @@ def statement_count_error(count: int) -> SqlError:
     return SqlError(f"expected one SQL statement, got {count}; run statements one at a time")
 
 
+def _spaced_parameter_casts(sql: str) -> str:
+    """``sql`` with each ``?::`` (a parameter's cast, ``?::INT``) written ``? ::``: sqlglot's tokenizer
+    reads ``?::`` as one operator (``QDCOLON``), so ``id = ?::INT`` did not parse, where DuckDB, which
+    has no ``?`` operator, reads a parameter and a cast. Strings and comments are left as they are."""
+    if "?::" not in sql:
+        return sql
+    try:
+        tokens = Dialect.get_or_raise(DIALECT).tokenize(sql)
+    except TokenError:
+        return sql  # parse_one says why
+    parts, last = [], 0
+    for t in tokens:
+        if t.token_type is TokenType.QDCOLON:
+            parts += [sql[last:t.start], "? ::"]
+            last = t.end + 1
+    return "".join(parts) + sql[last:]
+
+
 def parse_one(sql: str) -> exp.Expression:
     """Parse exactly one statement with sqlglot, raising SqlError on syntax errors or several statements."""
     _QUIET.active.on = True
     try:
-        trees = sqlglot.parse(sql, read=DIALECT)
+        trees = sqlglot.parse(_spaced_parameter_casts(sql), read=DIALECT)
     except (ParseError, TokenError) as e:
         raise SqlError(f"cannot parse SQL: {first_line(e)}{_near(e)}") from None
     except RecursionError:  # sqlglot's parser recurses per nesting level; DuckDB's reads deeper
