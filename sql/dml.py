@@ -119,18 +119,24 @@ def _refuse_cte_named_like(tree: exp.Expression, target: exp.Table, verb: str) -
                            f"can only {action} a base table: give the CTE another name")
 
 
-def _refuse(tree: exp.Expression, arg: str, what: str) -> None:
+def _refuse(tree: exp.Expression, arg: str, what: str, instead: str) -> None:
+    """Refuse a clause crr does not maintain (``tree``'s ``arg``), saying what to write ``instead``."""
     if tree.args.get(arg):
-        raise UnsupportedSqlError(f"{what} is not supported on replicated tables")
+        raise UnsupportedSqlError(f"{what} is not supported on replicated tables; {instead}")
+
+
+_UPSERT = "UPDATE the rows whose key is there, and INSERT ... SELECT ... WHERE NOT EXISTS (...) the others"
+_RETURNING = "run the statement, then SELECT the rows it changed"
+_BOUNDED = "name the rows in WHERE (e.g. by their key, or a key IN (SELECT ... ORDER BY ... LIMIT n))"
 
 
 def insert_rows(tree: exp.Insert, table: str, columns: list[tuple[str, str]]) -> RowQueries:
     """Rows added by ``INSERT INTO table [(cols)] VALUES ... | SELECT ...``."""
-    _refuse(tree, "conflict", "INSERT ... ON CONFLICT")
-    _refuse(tree, "returning", "INSERT ... RETURNING")
-    _refuse(tree, "alternative", "INSERT OR REPLACE / INSERT OR IGNORE")
-    _refuse(tree, "by_name", "INSERT ... BY NAME")
-    _refuse(tree, "overwrite", "INSERT OVERWRITE")
+    _refuse(tree, "conflict", "INSERT ... ON CONFLICT", _UPSERT)
+    _refuse(tree, "returning", "INSERT ... RETURNING", _RETURNING)
+    _refuse(tree, "alternative", "INSERT OR REPLACE / INSERT OR IGNORE", _UPSERT)
+    _refuse(tree, "by_name", "INSERT ... BY NAME", "list the columns: INSERT INTO t (a, b) SELECT a, b ...")
+    _refuse(tree, "overwrite", "INSERT OVERWRITE", "DELETE FROM the table, then INSERT, in two statements")
     names = [c for c, _ in columns]
     if isinstance(tree.this, exp.Schema):
         target_cols = [e.name for e in tree.this.expressions]
@@ -283,9 +289,9 @@ def _target(tree: exp.Expression) -> exp.Table:
 
 def update_rows(tree: exp.Update, table: str, columns: list[tuple[str, str]]) -> RowQueries:
     """Rows removed and added by ``UPDATE table SET ... [FROM ...] [WHERE ...]``."""
-    _refuse(tree, "returning", "UPDATE ... RETURNING")
-    _refuse(tree, "order", "UPDATE ... ORDER BY")
-    _refuse(tree, "limit", "UPDATE ... LIMIT")
+    _refuse(tree, "returning", "UPDATE ... RETURNING", _RETURNING)
+    _refuse(tree, "order", "UPDATE ... ORDER BY", _BOUNDED)
+    _refuse(tree, "limit", "UPDATE ... LIMIT", _BOUNDED)
     _refuse_cte_named_like(tree, _target(tree), "UPDATE")
     names = [c for c, _ in columns]
     target = _target(tree).copy()
@@ -374,8 +380,8 @@ def _keyed_update(tree: exp.Update, assignments: dict[str, exp.Expression], name
 
 def delete_rows(tree: exp.Delete, table: str, columns: list[tuple[str, str]]) -> RowQueries:
     """Rows removed by ``DELETE FROM table [USING ...] [WHERE ...]``."""
-    _refuse(tree, "returning", "DELETE ... RETURNING")
-    _refuse(tree, "limit", "DELETE ... LIMIT")
+    _refuse(tree, "returning", "DELETE ... RETURNING", _RETURNING)
+    _refuse(tree, "limit", "DELETE ... LIMIT", _BOUNDED)
     _refuse_cte_named_like(tree, _target(tree), "DELETE")
     target = _target(tree).copy()
     qualifier = target.alias_or_name

@@ -22,6 +22,27 @@ def test_dml_insert_update_delete_with_parameters(site):
     assert site.execute("SELECT count(*) FROM t WHERE b IS NOT NULL") == [(3,)]
 
 
+@pytest.mark.parametrize("sql, advice", [
+    ("INSERT OR REPLACE INTO t VALUES (1, 'b')", "WHERE NOT EXISTS"),
+    ("INSERT INTO t VALUES (1, 'b') ON CONFLICT DO NOTHING", "WHERE NOT EXISTS"),
+    ("INSERT INTO t BY NAME SELECT 1 AS a, 'b' AS b", "list the columns"),
+    ("INSERT INTO t VALUES (2, 'c') RETURNING a", "then SELECT"),
+    ("UPDATE t SET b = 'x' RETURNING a", "then SELECT"),
+    ("DELETE FROM t RETURNING *", "then SELECT"),
+    ("DELETE FROM t LIMIT 1", "name the rows in WHERE"),
+])
+def test_dml_clauses_crr_does_not_maintain_are_refused_with_what_to_write(site, sql: str, advice: str):
+    """The refusals named the clause only (found by a probe); each now says what to write instead,
+    and changes nothing."""
+    site.execute("CREATE REPLICATED TABLE t (a INT PRIMARY KEY, b VARCHAR)")
+    site.execute("INSERT INTO t VALUES (1, 'a')")
+    before = site.changes()
+    with pytest.raises(crr.UnsupportedSqlError, match="not supported on replicated tables; ") as e:
+        site.execute(sql)
+    assert advice in str(e.value)
+    assert app(site, "t") == [(1, "a")] and site.changes().cursor == before.cursor
+
+
 @pytest.mark.parametrize("keyed", [False, True])
 def test_parameters_cast_with_double_colons_in_dml(site, keyed: bool):
     """``?::INT`` in DML was refused as text crr's parser "cannot read": sqlglot's tokenizer reads ``?::``
