@@ -326,6 +326,13 @@ def require_site(db: str, create: bool, how: str = "give --create") -> str:
     return state
 
 
+def _catalog_table_names(con: Any) -> set[str]:
+    """The tables of schema ``_crr`` on the DuckDB connection ``con``."""
+    from crr.catalog import SCHEMA
+    return {name for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?",
+                                            [SCHEMA]).fetchall()}
+
+
 def catalog_tables(db: str) -> set[str] | None:
     """The tables of schema ``_crr`` in the DuckDB file ``db`` (read only), None when it has no such
     schema: what a plain DuckDB file holds there before crr opens it as a site."""
@@ -336,8 +343,7 @@ def catalog_tables(db: str) -> set[str] | None:
     try:
         if not con.execute("SELECT count(*) FROM duckdb_schemas() WHERE schema_name = ?", [SCHEMA]).fetchone()[0]:
             return None
-        return {name for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?",
-                                                [SCHEMA]).fetchall()}
+        return _catalog_table_names(con)
     finally:
         con.close()
 
@@ -354,9 +360,8 @@ def drop_catalog(db: str, before: set[str] | None) -> None:
         if before is None:
             con.execute(f"DROP SCHEMA IF EXISTS {quote_ident(SCHEMA)} CASCADE")
             return
-        for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = ?", [SCHEMA]).fetchall():
-            if name not in before:
-                con.execute(f"DROP TABLE {quote_ident(SCHEMA)}.{quote_ident(name)}")
+        for name in sorted(_catalog_table_names(con) - before):
+            con.execute(f"DROP TABLE {quote_ident(SCHEMA)}.{quote_ident(name)}")
     finally:
         con.close()
 
